@@ -1,0 +1,1 @@
+"""Readers and writers for files (JSON, .pt, .npy, xlsx, csv)."""
