@@ -1,0 +1,72 @@
+"""Packaging for msprobe (precision-debugging toolkit, compatible with MindStudio Probe)."""
+import os
+import re
+
+from setuptools import find_packages, setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def read_version():
+    with open(os.path.join(HERE, "msprobe", "__init__.py"), encoding="utf-8") as f:
+        match = re.search(r'^__version__\s*=\s*["\']([^"\']+)["\']', f.read(), re.MULTILINE)
+    if not match:
+        raise RuntimeError("__version__ not found in msprobe/__init__.py")
+    return match.group(1)
+
+
+def read_long_description():
+    path = os.path.join(HERE, "README.md")
+    if not os.path.exists(path):
+        return ""
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+# Data-only folders inside the package (no __init__.py), e.g. msprobe/config with the default config.json:
+# listed explicitly so their json/yaml files ship in the wheel. Folders that do not exist are skipped.
+DATA_PATTERNS = ["*.json", "*.yaml", "*.yml"]
+DATA_PACKAGES = [
+    pkg for pkg in ("msprobe.config",)
+    if os.path.isdir(os.path.join(HERE, *pkg.split(".")))
+]
+
+
+setup(
+    name="msprobe",
+    version=read_version(),
+    description="Precision debugging for deep-learning training: dump, compare and analyse "
+                "(compatible with MindStudio Probe)",
+    long_description=read_long_description(),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    packages=find_packages(include=["msprobe", "msprobe.*"]) + DATA_PACKAGES,
+    package_data={pkg: DATA_PATTERNS for pkg in DATA_PACKAGES},
+    python_requires=">=3.9",
+    install_requires=[
+        "numpy",
+        "orjson",
+        "pyyaml",
+        "rich",
+        "tqdm",
+        "openpyxl",
+    ],
+    extras_require={
+        # A bare `torch` pulls a multi-GB CUDA build from the registry; the 2.13.0 CPU wheel is on local disk.
+        "pytorch": ["torch==2.13.0"],
+        # MindSpore 2.10.0 wheels need numpy<2 (see the frameworks spec).
+        "mindspore": ["mindspore==2.10.0", "numpy<2"],
+        "test": ["pytest", "pandas", "openpyxl"],
+    },
+    entry_points={
+        "console_scripts": [
+            "msprobe = msprobe.cli.main:main",
+        ],
+    },
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "License :: OSI Approved :: Apache Software License",
+        "Operating System :: POSIX :: Linux",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)
