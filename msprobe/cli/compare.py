@@ -1,0 +1,153 @@
+"""Compare a target (NPU) dump with a golden (bench) dump and write an .xlsx or .csv report.
+
+Inputs: two dump.json files, two rank dirs, or two step dirs holding rank dirs (rank, rankN, procN;
+ranks are paired by number and compared in parallel).  The mode (statistics, md5 or tensor) comes from
+the dumps; stack.json next to the target dump.json is picked up automatically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+EPILOG = """examples:
+  msprobe compare -tp npu/step0 -gp gpu/step0 -o out            multi-rank, highlighted xlsx
+  msprobe compare -tp npu/dump.json -gp gpu/dump.json --csv     one pair, csv report
+  msprobe -f pytorch compare -i compare.json -o out -s          legacy syntax (compare.json holds
+                                                                npu_path, bench_path, stack_path)
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    io = p.add_argument_group("inputs and output")
+    io.add_argument("-tp", "--target_path", help="target (NPU) dump.json, rank dir or step dir")
+    io.add_argument("-gp", "--golden_path", help="golden (bench) dump.json, rank dir or step dir")
+    io.add_argument("-i", "--input_path", help="legacy: compare.json with npu_path, bench_path[, stack_path, is_print_compare_log]")
+    io.add_argument("-o", "--output_path", nargs="?", const="./output", default="./output",
+                    help="output directory, created if missing (default ./output); reports are never overwritten")
+    m = p.add_argument_group("matching")
+    m.add_argument("-fm", "--fuzzy_match", "-f", dest="fuzzy_match", action="store_true",
+                   help="fuzzy matching: ignore call numbers, pair the k-th occurrence of each API on both sides")
+    r = p.add_argument_group("report")
+    r.add_argument("--csv", action="store_true", help="write .csv instead of .xlsx (same numbers)")
+    r.add_argument("--no-highlight", dest="no_highlight", action="store_true", help="do not colour suspicious rows")
+    r.add_argument("-hl", "--highlight", action="store_true", help="colour suspicious rows (default; accepted for compatibility)")
+    r.add_argument("-s", "--stack_mode", action="store_true",
+                   help="show NPU_Stack_Info (default whenever stack.json is found; accepted for compatibility)")
+    r.add_argument("-c", "--compare_only", action="store_true",
+                   help="skip the advisor (accepted for compatibility; the advisor is not part of this release)")
+    r.add_argument("--no-match-column", dest="no_match_column", action="store_true",
+                   help="leave out the final 'Match' column (how each row was matched) for tools that expect the reference's exact columns")
+    x = p.add_argument_group("execution")
+    x.add_argument("-tensor_log", "--is_print_compare_log", dest="tensor_log", action="store_true",
+                   help="tensor mode: log one line per compared tensor pair")
+    x.add_argument("-j", "--jobs", type=int, default=0, help="parallel workers for ranks / tensor files (default: automatic)")
+    x.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+
+
+def _legacy_config(path: str):
+    """compare.json -> (npu_path, bench_path, stack_path, print_log)."""
+    from msprobe.core.errors import MsprobeError
+    from msprobe.core.fileio import load_json
+
+    obj = load_json(path, "compare.json")
+    if not isinstance(obj, dict):
+        raise MsprobeError(f"compare.json {path} must be a JSON object with npu_path and bench_path")
+    for key in ("npu_path", "bench_path"):
+        if not obj.get(key):
+            raise MsprobeError(f"compare.json {path} has no {key!r}; add the path of the {'target' if key == 'npu_path' else 'golden'} dump")
+    for key in ("rank_id", "step_id", "common", "map_dict"):
+        if key in obj:
+            raise MsprobeError(f"compare.json {path}: {key!r} (MindSpore kernel / directory compare) is not supported yet; remove it")
+    log_flag = obj.get("is_print_compare_log", True)
+    if not isinstance(log_flag, bool):
+        raise MsprobeError(f"compare.json {path}: is_print_compare_log must be true or false, not {log_flag!r}")
+    stack = obj.get("stack_path")
+    if stack is not None and not isinstance(stack, str):
+        raise MsprobeError(f"compare.json {path}: stack_path must be a path string")
+    return obj["npu_path"], obj["bench_path"], stack, log_flag
+
+
+class _Bar:
+    """A tqdm bar per rank, updated with (stage, done, total); silent when stderr is not a terminal."""
+
+    def __init__(self, label, enabled: bool):
+        self.bar = None
+        self.stage = None
+        if enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=1, desc=f"compare {label or ''}".strip(), unit="step", leave=False, file=sys.stderr,
+                            dynamic_ncols=True)
+
+    def __call__(self, stage, done, total):
+        if self.bar is None:
+            return
+        if stage != self.stage:
+            self.stage = stage
+            self.bar.set_postfix_str(stage)
+            self.bar.reset(total=max(total, 1))
+        self.bar.n = done
+        self.bar.refresh()
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
+def run(args) -> int:
+    from msprobe.core.compare.config import CompareConfig
+    from msprobe.core.compare.runner import run_compare
+    from msprobe.core.errors import MsprobeError
+
+    stack_path = None
+    tensor_log = args.tensor_log
+    if args.input_path:
+        if args.target_path or args.golden_path:
+            raise MsprobeError("give either -i compare.json or -tp/-gp, not both")
+        target, golden, stack_path, tensor_log = _legacy_config(args.input_path)
+        tensor_log = tensor_log or args.tensor_log
+    else:
+        if not (args.target_path and args.golden_path):
+            raise MsprobeError("give both -tp TARGET and -gp GOLDEN (or the legacy -i compare.json)")
+        target, golden = args.target_path, args.golden_path
+    if args.jobs < 0:
+        raise MsprobeError(f"-j/--jobs must be 0 (automatic) or a positive number, not {args.jobs}")
+    if args.highlight and args.no_highlight:
+        raise MsprobeError("-hl and --no-highlight contradict each other; give one")
+    cfg = CompareConfig(
+        target=target, golden=golden, output_dir=args.output_path or "./output", fuzzy=args.fuzzy_match,
+        highlight=not args.no_highlight, fmt="csv" if args.csv else "xlsx", stack_path=stack_path,
+        tensor_log=tensor_log, jobs=args.jobs, framework=args.framework, match_column=not args.no_match_column,
+        progress=not args.quiet,
+    )
+    show = cfg.progress and sys.stderr.isatty()
+    results = run_compare(cfg, progress_factory=(lambda label: _Bar(label, True)) if show else None)
+    _summary(results)
+    return 0
+
+
+def _summary(results) -> None:
+    out = sys.stdout
+    for res in results:
+        rep = res.report
+        label = f" {res.label}" if res.label else ""
+        unmatched = rep.rows - rep.matched
+        print(f"compare{label}: {rep.mode} mode, {rep.rows} rows compared, {rep.matched} matched, {unmatched} unmatched", file=out)
+        fails = {"statistics": "rows need a double check (Result Warning)", "md5": "rows differ (Result Different)",
+                 "tensor": "rows below the accuracy bar (Accuracy No)"}[rep.mode]
+        print(f"  red: {rep.red}  yellow: {rep.yellow}  {rep.failing} {fails}  ({res.seconds:.2f} s)", file=out)
+        if rep.first_red:
+            row, name = rep.first_red
+            print(f"  first red row: {name} (report row {row + 2})", file=out)
+        if rep.worst:
+            print("  worst ops:", file=out)
+            for i, (name, why) in enumerate(rep.worst, 1):
+                print(f"    {i}. {name}: {why}", file=out)
+        print(f"  report: {res.path}", file=out)
+    text = "msprobe compare ends successfully."
+    width = len(text) + 50
+    print("*" * width, file=out)
+    print("*" + text.center(width - 2) + "*", file=out)
+    print("*" * width, file=out)

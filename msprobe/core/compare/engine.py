@@ -1,0 +1,343 @@
+"""One target/golden dump pair -> one report table (match -> metrics -> highlight)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional, Tuple
+
+import numpy as np
+
+from msprobe.core.compare import highlight as hl
+from msprobe.core.compare import stats as st
+from msprobe.core.compare import tensor as tm
+from msprobe.core.compare.config import CompareConfig
+from msprobe.core.compare.match import Matches, match_exact, match_fuzzy
+from msprobe.core.dump.reader import MODE_MD5, MODE_STATISTICS, MODE_TENSOR, DumpRows, dump_mode, read_dump
+from msprobe.core.errors import MsprobeError
+
+log = logging.getLogger("msprobe")
+
+NA = "N/A"
+BASIC = [
+    "NPU Name", "Bench Name", "NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape",
+    "NPU Requires_grad", "Bench Requires_grad",
+]
+SUMMARY = ["NPU max", "NPU min", "NPU mean", "NPU l2norm", "Bench max", "Bench min", "Bench mean", "Bench l2norm"]
+STAT_DIFF = ["Max diff", "Min diff", "Mean diff", "L2norm diff", "MaxRelativeErr", "MinRelativeErr", "MeanRelativeErr", "NormRelativeErr"]
+TENSOR_METRICS = ["Cosine", "EucDist", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio", "Five Thousandths Err Ratio"]
+MSG_UNMATCHED = "No bench data matched."
+MSG_WARN = "Need double check api accuracy. "
+MSG_RG = "Requires_grad inconsistent. "
+MSG_FUZZY = " Fuzzy matching data, the comparison accuracy may be affected."
+STACK_COL = "NPU_Stack_Info"
+MATCH_COL = "Match"
+
+
+@dataclass
+class Report:
+    """A finished comparison table plus what the console summary needs."""
+
+    mode: str
+    header: List[str]
+    columns: List[list]
+    styles: Optional[np.ndarray]  # int8 per row (0 none, 1 red, 2 yellow) or None
+    names: List[str]
+    apis: List[str]
+    matched: int
+    worst: List[Tuple[str, str]] = field(default_factory=list)  # (row name, why)
+    first_red: Optional[Tuple[int, str]] = None  # (row index, name)
+    failing: int = 0  # rows that fail the mode's accuracy test (Warning / Different / Accuracy No)
+
+    @property
+    def rows(self) -> int:
+        return len(self.names)
+
+    @property
+    def red(self) -> int:
+        return 0 if self.styles is None else int(np.count_nonzero(self.styles == hl.RED))
+
+    @property
+    def yellow(self) -> int:
+        return 0 if self.styles is None else int(np.count_nonzero(self.styles == hl.YELLOW))
+
+
+def _take(values: list, idx: np.ndarray, fill=NA) -> list:
+    """values[idx] with -1 -> fill (idx is an int64 array)."""
+    if len(idx) and idx.min() >= 0:
+        return [values[i] for i in idx.tolist()] if not isinstance(values, np.ndarray) else values[idx].tolist()
+    return [values[i] if i >= 0 else fill for i in idx.tolist()]
+
+
+def _join_msg(base: List[str], extra: List[str], sep: str = "") -> List[str]:
+    return [b + sep + e if (b and e and sep) else (b + e) for b, e in zip(base, extra)]
+
+
+def compare_dumps(
+    cfg: CompareConfig,
+    target_json: str,
+    golden_json: str,
+    tensor_loader: Optional[Callable[[str], np.ndarray]] = None,
+    progress: Optional[Callable[[str, int, int], None]] = None,
+) -> Report:
+    """Compare two dump.json files.  ``progress(stage, done, total)`` is called as work advances."""
+    tick = progress or (lambda *_: None)
+    stack_path = cfg.stack_path
+    t = read_dump(target_json, "target", stack_path=stack_path)
+    tick("parse", 1, 2)
+    g = read_dump(golden_json, "golden", stack_path="")  # the golden stack is never shown
+    tick("parse", 2, 2)
+    mode = dump_mode(t, g)
+    if len(t) == 0:
+        raise MsprobeError(f"target dump.json {target_json} holds no API or module data; nothing to compare (was the dump started?)")
+    m = match_fuzzy(t, g) if cfg.fuzzy else match_exact(t, g)
+    tick("match", 1, 1)
+    if mode == MODE_STATISTICS:
+        rep = _statistics(cfg, t, g, m)
+    elif mode == MODE_MD5:
+        rep = _md5(cfg, t, g, m)
+    else:
+        rep = _tensor(cfg, t, g, m, target_json, golden_json, tensor_loader, tick)
+    if t.stack:
+        rep.header.append(STACK_COL)
+        rep.columns.append([s if s is not None else NA for s in _take(t.stack, m.target)])
+    if mode == MODE_TENSOR:
+        tdn = _take(t.data_name, m.target)
+        gdn = _take(g.data_name, m.golden)
+        rep.header.append("Data_name")
+        rep.columns.append([str([a, b]) for a, b in zip(tdn, gdn)])
+    if cfg.match_column:
+        rep.header.append(MATCH_COL)
+        rep.columns.append(list(m.rule))
+    return rep
+
+
+def _basic(t: DumpRows, g: DumpRows, m: Matches) -> Tuple[List[str], List[list]]:
+    cols = [
+        _take(t.names, m.target), _take(g.names, m.golden),
+        _take(t.dtype, m.target), _take(g.dtype, m.golden),
+        _take(t.shape, m.target), _take(g.shape, m.golden),
+        _take(t.requires_grad, m.target), _take(g.requires_grad, m.golden),
+    ]
+    return list(BASIC), cols
+
+
+def _rg_consistent(t: DumpRows, g: DumpRows, m: Matches) -> Tuple[list, np.ndarray]:
+    """'True'/'False' for matched rows, 'N/A' for unmatched ones; plus the inconsistent mask."""
+    trg = _take(t.requires_grad, m.target)
+    grg = _take(g.requires_grad, m.golden)
+    matched = m.matched.tolist()
+    cells = []
+    bad = np.zeros(len(m), dtype=bool)
+    for i, (a, b, ok) in enumerate(zip(trg, grg, matched)):
+        if not ok:
+            cells.append(NA)
+        elif a == b:
+            cells.append("True")
+        else:
+            cells.append("False")
+            bad[i] = True
+    return cells, bad
+
+
+def _summary_cols(t: DumpRows, g: DumpRows, m: Matches):
+    tv = [_take(col, m.target) for col in (t.stat_max, t.stat_min, t.stat_mean, t.stat_norm)]
+    gv = [_take(col, m.golden, fill=None) for col in (g.stat_max, g.stat_min, g.stat_mean, g.stat_norm)]
+    matched = m.matched
+    shown_g = []
+    for col in gv:
+        disp = st.display(col)
+        shown_g.append([v if ok else NA for v, ok in zip(disp, matched.tolist())])
+    return tv, gv, [st.display(c) for c in tv] + shown_g
+
+
+def _nonfinite(*cols) -> np.ndarray:
+    out = None
+    for col in cols:
+        v, ok = st.numeric(col)
+        bad = ok & ~np.isfinite(v)
+        out = bad if out is None else (out | bad)
+    return out
+
+
+def _number_mask(col) -> Tuple[np.ndarray, np.ndarray]:
+    """(float values, is-a-number-and-not-NaN) for a column of cells."""
+    n = len(col)
+    vals = np.full(n, np.nan)
+    ok = np.zeros(n, dtype=bool)
+    for i, v in enumerate(col):
+        tv = type(v)
+        if (tv is float and v == v) or tv is int:
+            vals[i] = v
+            ok[i] = True
+    return vals, ok
+
+
+def _statistics(cfg: CompareConfig, t: DumpRows, g: DumpRows, m: Matches) -> Report:
+    header, cols = _basic(t, g, m)
+    tv, gv, summary_cells = _summary_cols(t, g, m)
+    matched = m.matched
+    diff_cells, rel_cells, diffs, rels, warns = [], [], [], [], []
+    for a, b in zip(tv, gv):
+        dc, rc, dv, rv, w = st.stat_diffs(a, b, matched)
+        diff_cells.append(dc)
+        rel_cells.append(rc)
+        diffs.append(dv)
+        rels.append(rv)
+        warns.append(w)
+    warn = warns[0] | warns[1] | warns[2] | warns[3]
+    rg_cells, rg_bad = _rg_consistent(t, g, m)
+    result = [("Warning" if w else "") if ok else NA for w, ok in zip(warn.tolist(), matched.tolist())]
+    msg = [("" if ok else MSG_UNMATCHED) + (MSG_WARN if w else "") + (MSG_RG if bad else "")
+           for ok, w, bad in zip(matched.tolist(), warn.tolist(), rg_bad.tolist())]
+    styles = None
+    if cfg.highlight:
+        nmax_vals, nmax_ok = _number_mask(summary_cells[0])
+        _, bmax_ok = _number_mask(summary_cells[4])
+        md_vals, md_ok = _number_mask(diff_cells[0])
+        h = hl.HighlightInput(
+            api=_take(t.api, m.target), state=_take(t.state, m.target),
+            npu_nonfinite=_nonfinite(tv[0], tv[1]), npu_max_num=nmax_ok, bench_max_num=bmax_ok,
+            max_diff=md_vals, max_diff_num=md_ok, rel=rels[0], rg_inconsistent=rg_bad,
+        )
+        styles, hmsgs = hl.highlight(h, tensor_mode=False)
+        msg = _join_msg(msg, hmsgs, "\n")
+    header += STAT_DIFF + SUMMARY + ["Requires_grad Consistent", "Result", "Err_message"]
+    cols += diff_cells + rel_cells + summary_cells + [rg_cells, result, msg]
+    names = cols[0]
+    # worst rows: largest relative error among the four statistics
+    worst_rel = np.fmax.reduce(np.vstack(rels), axis=0) if len(names) else np.zeros(0)
+    worst_rel = np.where(np.isnan(worst_rel), -1.0, worst_rel)
+    rep = Report(MODE_STATISTICS, header, cols, styles, names, _take(t.api, m.target), int(matched.sum()))
+    rep.failing = int(warn.sum())
+    rep.worst = _worst(rep, worst_rel, lambda i: f"max relative error {worst_rel[i] * 100:.4g}%")
+    return rep
+
+
+def _md5(cfg: CompareConfig, t: DumpRows, g: DumpRows, m: Matches) -> Report:
+    header, cols = _basic(t, g, m)
+    tm5 = _take(t.md5, m.target)
+    gm5 = _take(g.md5, m.golden)
+    rg_cells, _ = _rg_consistent(t, g, m)
+    matched = m.matched.tolist()
+    result = [NA if not ok else ("pass" if a == b else "Different") for a, b, ok in zip(tm5, gm5, matched)]
+    header += ["NPU MD5", "BENCH MD5", "Requires_grad Consistent", "Result"]
+    cols += [tm5, gm5, rg_cells, result]
+    rep = Report(MODE_MD5, header, cols, None, cols[0], _take(t.api, m.target), int(m.matched.sum()))
+    diff = np.array([r == "Different" for r in result], dtype=bool)
+    rep.failing = int(diff.sum())
+    rep.worst = _worst(rep, diff.astype(float) - (~diff) * 2.0, lambda i: "CRC32 differs")
+    return rep
+
+
+def _tensor(cfg, t: DumpRows, g: DumpRows, m: Matches, target_json, golden_json, loader, tick) -> Report:
+    header, cols = _basic(t, g, m)
+    tv, gv, summary_cells = _summary_cols(t, g, m)
+    n = len(m)
+    tdir = os.path.join(os.path.dirname(target_json), "dump_tensor_data")
+    gdir = os.path.join(os.path.dirname(golden_json), "dump_tensor_data")
+    tdn = _take(t.data_name, m.target)
+    gdn = _take(g.data_name, m.golden)
+    matched = m.matched.tolist()
+    metrics: List[Optional[tuple]] = [None] * n
+    todo_idx: List[int] = []
+    pairs: List[Tuple[str, str]] = []
+    for i in range(n):
+        if not matched[i]:
+            metrics[i] = (tm.UNSUPPORTED,) * 6 + (MSG_UNMATCHED,)
+        elif tdn[i] == "-1":
+            metrics[i] = (tm.UNSUPPORTED,) * 6 + (tm.MSG_NO_NPU_FILE,)
+        elif gdn[i] == "-1":
+            metrics[i] = (tm.UNSUPPORTED,) * 6 + (tm.MSG_NO_BENCH_FILE,)
+        else:
+            todo_idx.append(i)
+            pairs.append((os.path.join(tdir, tdn[i]), os.path.join(gdir, gdn[i])))
+    if pairs:
+        for d, side, js in ((tdir, "target", target_json), (gdir, "golden", golden_json)):
+            if not os.path.isdir(d):
+                raise MsprobeError(
+                    f"{side} dump {js} is a tensor dump but {d} does not exist; copy the dump_tensor_data directory next to dump.json"
+                )
+        missing = [p for pair in pairs for p in pair if not os.path.isfile(p)]
+        if missing:
+            more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+            raise MsprobeError(
+                f"tensor file {missing[0]}{more} named by dump.json is missing; copy the complete dump_tensor_data directory"
+            )
+    if loader is None:
+        from msprobe.core.io.tensors import load_tensor as loader  # noqa: N813
+    done = [0]
+
+    def _advance(k: int) -> None:
+        done[0] += k
+        tick("tensors", done[0], len(pairs))
+
+    results = tm.compare_files(pairs, loader, jobs=cfg.jobs, progress=_advance)
+    for i, res in zip(todo_idx, results):
+        metrics[i] = res
+        if cfg.tensor_log:
+            log.info("%s: Cosine %s, MaxAbsErr %s, %s", tdn[i], res[0], res[2], res[6] or "ok")
+    tnames = cols[0]
+    gnames = cols[1]
+    rg_cells, rg_bad = _rg_consistent(t, g, m)
+    metric_cols = [[mt[k] for mt in metrics] for k in range(6)]
+    accuracy = [tm.check_accuracy(mt[0], mt[2]) if ok else "None" for mt, ok in zip(metrics, matched)]
+    msg = []
+    for i in range(n):
+        base = MSG_RG if rg_bad[i] else ""
+        text = base + metrics[i][6]
+        if matched[i] and cfg.fuzzy and tnames[i] != gnames[i]:
+            text += MSG_FUZZY
+        msg.append(text)
+    styles = None
+    if cfg.highlight:
+        nmax_vals, nmax_ok = _number_mask(summary_cells[0])
+        _, bmax_ok = _number_mask(summary_cells[4])
+        md_vals, md_ok = _number_mask(metric_cols[2])
+        one_vals, _ = _number_mask(metric_cols[4])
+        cos_vals, _ = _number_mask(metric_cols[0])
+        h = hl.HighlightInput(
+            api=_take(t.api, m.target), state=_take(t.state, m.target),
+            npu_nonfinite=_nonfinite(tv[0], tv[1]), npu_max_num=nmax_ok, bench_max_num=bmax_ok,
+            max_diff=md_vals, max_diff_num=md_ok, one_thousandth=one_vals, cosine=cos_vals, rg_inconsistent=rg_bad,
+        )
+        styles, hmsgs = hl.highlight(h, tensor_mode=True)
+        msg = _join_msg(msg, hmsgs, "\n")
+    header += TENSOR_METRICS + SUMMARY + ["Requires_grad Consistent", "Accuracy Reached or Not", "Err_message"]
+    cols += metric_cols + summary_cells + [rg_cells, accuracy, msg]
+    rep = Report(MODE_TENSOR, header, cols, styles, tnames, _take(t.api, m.target), int(m.matched.sum()))
+    cos_vals, cos_ok = _number_mask(metric_cols[0])
+    badness = np.where(cos_ok, 1.0 - cos_vals, -1.0)
+    no = np.array([a == "No" for a in accuracy], dtype=bool)
+    badness = np.where(no, badness + 10.0, badness)
+    rep.failing = int(no.sum())
+    rep.worst = _worst(rep, badness, lambda i: f"cosine {metric_cols[0][i]}, max abs err {metric_cols[2][i]}")
+    return rep
+
+
+def _worst(rep: Report, score: np.ndarray, why: Callable[[int], str], k: int = 5) -> List[Tuple[str, str]]:
+    """The k worst APIs (one row each): red rows first, then yellow, then by score."""
+    n = rep.rows
+    if n == 0:
+        return []
+    colour_rank = np.zeros(n)
+    if rep.styles is not None:
+        colour_rank = np.where(rep.styles == hl.RED, 2.0, np.where(rep.styles == hl.YELLOW, 1.0, 0.0))
+        reds = np.nonzero(rep.styles == hl.RED)[0]
+        if len(reds):
+            rep.first_red = (int(reds[0]), rep.names[int(reds[0])])
+    order = np.lexsort((np.arange(n), -score, -colour_rank))
+    out: List[Tuple[str, str]] = []
+    seen = set()
+    for i in order.tolist():
+        if score[i] <= 0 and colour_rank[i] == 0:
+            break
+        api = rep.apis[i]
+        if api in seen:
+            continue
+        seen.add(api)
+        out.append((rep.names[i], why(i)))
+        if len(out) == k:
+            break
+    return out

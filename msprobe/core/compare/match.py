@@ -1,0 +1,137 @@
+"""Matching target rows to golden rows (compare.md §3).
+
+Every strategy returns a :class:`Matches`: for each output row the target row index, the golden row
+index (-1 = unmatched) and the rule that paired them.  Output order always follows the target dump.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Sequence, Tuple
+
+import numpy as np
+
+from msprobe.core.dump.reader import DumpRows
+
+RULE_EXACT = "exact"
+RULE_FUZZY = "fuzzy"
+RULE_NONE = "unmatched"
+
+# dtype groups that still count as "the same tensor" (G8 §3.3): mixed precision runs compare
+# bf16/fp16 against fp32 on purpose.
+_FLOAT_GROUPS = (
+    frozenset({"torch.float16", "torch.float32", "torch.bfloat16"}),
+    frozenset({"Float16", "Float32", "BFloat16"}),
+)
+
+
+@dataclass
+class Matches:
+    target: np.ndarray  # int64 target row index per output row
+    golden: np.ndarray  # int64 golden row index, -1 when unmatched
+    rule: List[str]
+
+    def __len__(self) -> int:
+        return len(self.target)
+
+    @property
+    def matched(self) -> np.ndarray:
+        return self.golden >= 0
+
+
+def dtypes_compatible(a: str, b: str) -> bool:
+    if a == b:
+        return True
+    return any(a in grp and b in grp for grp in _FLOAT_GROUPS)
+
+
+def _dtype_filter(t: DumpRows, g: DumpRows, golden: np.ndarray) -> np.ndarray:
+    """Unmatch pairs whose dtypes are incompatible (§3.3)."""
+    out = golden.copy()
+    idx = np.nonzero(out >= 0)[0]
+    if len(idx):
+        tdt = t.dtype
+        gdt = g.dtype
+        # only the (few) pairs whose strings differ need the group test
+        bad = [i for i in idx.tolist() if tdt[i] != gdt[out[i]] and not dtypes_compatible(tdt[i], gdt[out[i]])]
+        if bad:
+            out[bad] = -1
+    return out
+
+
+def _join(tkeys: Sequence[Tuple], gkeys: Sequence[Tuple]) -> Tuple[np.ndarray, np.ndarray]:
+    """Left join of target keys onto golden keys; duplicates expand like an outer merge would."""
+    first: Dict[Tuple, int] = dict(zip(reversed(gkeys), range(len(gkeys) - 1, -1, -1)))
+    if len(first) == len(gkeys):
+        golden = np.fromiter(map(first.get, tkeys, [-1] * len(tkeys)), dtype=np.int64, count=len(tkeys))
+        return np.arange(len(tkeys), dtype=np.int64), golden
+    groups: Dict[Tuple, List[int]] = {}
+    for j, k in enumerate(gkeys):
+        groups.setdefault(k, []).append(j)
+    t_out: List[int] = []
+    g_out: List[int] = []
+    for i, k in enumerate(tkeys):
+        js = groups.get(k)
+        if js is None:
+            t_out.append(i)
+            g_out.append(-1)
+        else:
+            t_out.extend([i] * len(js))
+            g_out.extend(js)
+    return np.asarray(t_out, dtype=np.int64), np.asarray(g_out, dtype=np.int64)
+
+
+def match_exact(t: DumpRows, g: DumpRows) -> Matches:
+    """Join on (row name, shape), then the dtype filter (G8 semantics, target order kept)."""
+    tidx, gidx = _join(list(zip(t.names, t.shape)), list(zip(g.names, g.shape)))
+    gidx = _dtype_filter(t, g, gidx)
+    rule = [RULE_EXACT if j >= 0 else RULE_NONE for j in gidx.tolist()]
+    return Matches(tidx, gidx, rule)
+
+
+def fuzzy_key(name: str) -> str:
+    """Drop the call number of an API or module name.
+
+    ``Functional.linear.3.forward.input.0`` -> ``Functional.linear.forward.input.0``;
+    ``Module.layer.Linear.forward.2.input.0`` -> ``Module.layer.Linear.forward.input.0``.
+    Only a whole ``forward``/``backward`` segment counts (a module path like ``feed_forward`` is left
+    alone), and module class names are kept: both are reference bugs (compare.md §3.5).
+    """
+    parts = name.split(".")
+    for i, seg in enumerate(parts):
+        if seg == "forward" or seg == "backward":
+            if i > 0 and parts[i - 1].isdigit():
+                del parts[i - 1]
+            elif i + 1 < len(parts) and parts[i + 1].isdigit():
+                del parts[i + 1]
+            return ".".join(parts)
+    return name
+
+
+def match_fuzzy(t: DumpRows, g: DumpRows) -> Matches:
+    """Order-preserving fuzzy match: the k-th target row with a given (call-number-free name, shape)
+    pairs with the k-th golden row with the same key.  No row is dropped; extra rows on either side
+    stay unmatched (the reference's queue algorithm loses trailing rows and crashes in statistics mode).
+    """
+    queues: Dict[Tuple[str, str], List[int]] = {}
+    for j, (name, shape) in enumerate(zip(g.names, g.shape)):
+        queues.setdefault((fuzzy_key(name), shape), []).append(j)
+    heads: Dict[Tuple[str, str], int] = {}
+    golden = np.full(len(t), -1, dtype=np.int64)
+    for i, (name, shape) in enumerate(zip(t.names, t.shape)):
+        key = (fuzzy_key(name), shape)
+        q = queues.get(key)
+        if q is None:
+            continue
+        h = heads.get(key, 0)
+        if h < len(q):
+            golden[i] = q[h]
+            heads[key] = h + 1
+    golden = _dtype_filter(t, g, golden)
+    rule = []
+    for i, j in enumerate(golden.tolist()):
+        if j < 0:
+            rule.append(RULE_NONE)
+        else:
+            rule.append(RULE_EXACT if t.names[i] == g.names[j] else RULE_FUZZY)
+    return Matches(np.arange(len(t), dtype=np.int64), golden, rule)

@@ -1,0 +1,213 @@
+"""What to compare (files, rank dirs, step dirs), in parallel, and where the reports go."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Callable, List, Optional, Tuple
+
+from msprobe.core.compare.config import CompareConfig
+from msprobe.core.compare.engine import Report, compare_dumps
+from msprobe.core.errors import MsprobeError
+from msprobe.core.fileio import atomic_write, check_path, ensure_output_dir, unique_path
+
+log = logging.getLogger("msprobe")
+
+RANK_RE = re.compile(r"^rank(0|[1-9][0-9]*)?$")
+PROC_RE = re.compile(r"^proc(\d+)$")
+STEP_RE = re.compile(r"^step\d+$")
+DUMP_NAMES = ("dump.json",)
+
+
+@dataclass
+class RankJob:
+    label: Optional[str]  # rank dir name of the target ('rank0', 'rank', ...) or None for a file pair
+    target_json: str
+    golden_json: str
+
+
+@dataclass
+class RankResult:
+    label: Optional[str]
+    path: str
+    report: Report
+    seconds: float
+
+
+def _rank_dirs(d: str, side: str) -> List[Tuple[str, int]]:
+    """(name, number) of the rank / proc dirs in a step dir; rank without a number is -1."""
+    out = []
+    skipped = []
+    for name in sorted(os.listdir(d)):
+        full = os.path.join(d, name)
+        m = RANK_RE.match(name)
+        if m and os.path.isdir(full):
+            out.append((name, int(m.group(1)) if m.group(1) else -1))
+            continue
+        m = PROC_RE.match(name)
+        if m and os.path.isdir(full):
+            out.append((name, int(m.group(1))))
+            continue
+        skipped.append(name)
+    if skipped and out:
+        log.warning("%s dir %s: ignoring %s (not a rank directory)", side, d, ", ".join(skipped[:5]) + (" ..." if len(skipped) > 5 else ""))
+    return out
+
+
+def _dump_json(rank_dir: str, side: str) -> str:
+    p = os.path.join(rank_dir, "dump.json")
+    if not os.path.isfile(p):
+        if os.path.isfile(os.path.join(rank_dir, "debug.json")):
+            raise MsprobeError(
+                f"{side} dir {rank_dir} holds a single-point debug.json; comparing debug.json files is not supported yet"
+            )
+        raise MsprobeError(f"{side} rank dir {rank_dir} has no dump.json; was the dump finished (debugger.stop()/step())?")
+    return p
+
+
+def plan(cfg: CompareConfig) -> List[RankJob]:
+    """Decide what to compare from the two input paths."""
+    t = check_path(cfg.target, "target path")
+    g = check_path(cfg.golden, "golden path")
+    tf, gf = os.path.isfile(t), os.path.isfile(g)
+    if tf != gf:
+        kinds = ("a file" if tf else "a directory", "a file" if gf else "a directory")
+        raise MsprobeError(
+            f"target path {t} is {kinds[0]} but golden path {g} is {kinds[1]}; give two dump.json files or two step/rank directories"
+        )
+    if tf:
+        for p, side in ((t, "target"), (g, "golden")):
+            if os.path.basename(p) == "debug.json":
+                raise MsprobeError(f"{side} path {p} is a single-point debug.json; comparing debug.json files is not supported yet")
+            if not p.endswith(".json"):
+                raise MsprobeError(f"{side} path {p} is not a .json file; give the dump.json written by the dumper")
+        return [RankJob(None, t, g)]
+    # two directories: rank dirs themselves, or step dirs holding rank dirs
+    t_direct = os.path.isfile(os.path.join(t, "dump.json"))
+    g_direct = os.path.isfile(os.path.join(g, "dump.json"))
+    if t_direct and g_direct:
+        return [RankJob(None, os.path.join(t, "dump.json"), os.path.join(g, "dump.json"))]
+    tr = _rank_dirs(t, "target")
+    gr = _rank_dirs(g, "golden")
+    for side, d, ranks, direct in (("target", t, tr, t_direct), ("golden", g, gr, g_direct)):
+        if ranks or direct:
+            continue
+        steps = sorted(n for n in os.listdir(d) if STEP_RE.match(n) and os.path.isdir(os.path.join(d, n)))
+        if steps:
+            raise MsprobeError(
+                f"{side} path {d} is a dump root with {', '.join(steps[:4])}{' ...' if len(steps) > 4 else ''}; pass one step dir, e.g. {os.path.join(d, steps[0])}"
+            )
+        if not os.listdir(d):
+            raise MsprobeError(f"{side} path {d} is an empty directory; give a step dir (with rank dirs) or a dump.json")
+        raise MsprobeError(
+            f"{side} path {d} has no dump.json and no rank directories (rank, rankN, procN); give a step dir or a dump.json"
+        )
+    if t_direct or g_direct:
+        raise MsprobeError(
+            f"one side is a rank dir with dump.json and the other a step dir ({t} vs {g}); give the same kind of directory on both sides"
+        )
+    if len(tr) == 1 and len(gr) == 1:
+        pairs = [(tr[0], gr[0])]
+    else:
+        procs = [n for n, _ in tr + gr if n.startswith("proc")]
+        if procs:
+            raise MsprobeError(
+                f"several proc directories found ({', '.join(procs[:4])}); process ids cannot be paired across runs: compare the proc dirs one pair at a time"
+            )
+        tmap = {num: name for name, num in tr}
+        gmap = {num: name for name, num in gr}
+        only_t = sorted(set(tmap) - set(gmap))
+        only_g = sorted(set(gmap) - set(tmap))
+        if only_t or only_g:
+            parts = []
+            if only_t:
+                parts.append(f"{', '.join(tmap[k] for k in only_t)} only in the target ({t})")
+            if only_g:
+                parts.append(f"{', '.join(gmap[k] for k in only_g)} only in the golden ({g})")
+            raise MsprobeError(
+                f"ranks differ between the runs: {'; '.join(parts)}; compare runs with the same ranks, or pass one rank dir per side"
+            )
+        pairs = [((tmap[k], k), (gmap[k], k)) for k in sorted(tmap)]
+    jobs = []
+    for (tn, _), (gn, _) in pairs:
+        jobs.append(RankJob(tn, _dump_json(os.path.join(t, tn), "target"), _dump_json(os.path.join(g, gn), "golden")))
+    return jobs
+
+
+def report_name(label: Optional[str], fmt: str, ts: str) -> str:
+    middle = f"_{label}" if label else ""
+    return f"compare_result{middle}_{ts}.{fmt}"
+
+
+def write_report(rep: Report, path: str, fmt: str) -> str:
+    """Write the report atomically; returns the path actually written (never overwrites)."""
+    if fmt == "csv":
+        from msprobe.core.io.csvfile import write_csv
+
+        return atomic_write(path, lambda tmp: write_csv(tmp, rep.header, rep.columns))
+    from msprobe.core.io.xlsx import write_xlsx
+
+    styles = rep.styles if (rep.styles is not None and rep.styles.any()) else None
+    return atomic_write(path, lambda tmp: write_xlsx(tmp, rep.header, rep.columns, row_styles=styles))
+
+
+def run_job(cfg: CompareConfig, job: RankJob, out_dir: str, ts: str,
+            progress: Optional[Callable[[str, int, int], None]] = None) -> RankResult:
+    start = time.perf_counter()
+    rep = compare_dumps(cfg, job.target_json, job.golden_json, progress=progress)
+    path = unique_path(os.path.join(out_dir, report_name(job.label, cfg.fmt, ts)))
+    if progress:
+        progress("write", 0, 1)
+    written = write_report(rep, path, cfg.fmt)
+    if progress:
+        progress("write", 1, 1)
+    return RankResult(job.label, written, rep, time.perf_counter() - start)
+
+
+def _run_job_quiet(args):
+    cfg, job, out_dir, ts = args
+    try:
+        return run_job(cfg, job, out_dir, ts)
+    except MsprobeError as exc:
+        return exc
+
+
+def run_compare(cfg: CompareConfig, progress_factory=None) -> List[RankResult]:
+    """Plan, run every rank (in parallel processes when there are several), write the reports."""
+    jobs = plan(cfg)
+    out_dir = ensure_output_dir(cfg.output_dir)
+    ts = time.strftime("%Y%m%d%H%M%S")
+    workers = cfg.jobs if cfg.jobs > 0 else min(len(jobs), os.cpu_count() or 1)
+    if len(jobs) == 1 or workers <= 1:
+        results = []
+        for job in jobs:
+            bar = progress_factory(job.label) if progress_factory else None
+            try:
+                results.append(run_job(cfg, job, out_dir, ts, progress=bar))
+            finally:
+                if bar is not None and hasattr(bar, "close"):
+                    bar.close()
+        return results
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
+    results: List[RankResult] = []
+    bars = {job.label: progress_factory(job.label) for job in jobs} if progress_factory else {}
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        futures = [(job, pool.submit(_run_job_quiet, (cfg, job, out_dir, ts))) for job in jobs]
+        for job, fut in futures:
+            res = fut.result()
+            bar = bars.get(job.label)
+            if isinstance(res, MsprobeError):
+                if bar is not None:
+                    bar.close()
+                raise res
+            if bar is not None:
+                bar("done", 1, 1)
+                bar.close()
+            results.append(res)
+    return results

@@ -1,0 +1,98 @@
+"""Vectorised statistics metrics (compare.md §4.1, G8 rule)."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import List, Sequence, Tuple
+
+import numpy as np
+
+from msprobe.core.compare.refparse import reference_parse
+
+NA = "N/A"
+NAN_TEXT = "Nan"
+_NUM_RE = re.compile(r"^\s*[+-]?((\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?|inf|infinity|nan)\s*$", re.IGNORECASE)
+
+
+def numeric(values: Sequence) -> Tuple[np.ndarray, np.ndarray]:
+    """Raw statistic values -> (float64 array, usable mask).
+
+    Usable = a number (not a bool), a numeric string, or the string 'nan' in any case, as in G8
+    (``pd.to_numeric(str(v))`` succeeding).  ``None``, ``'True'``, ``'...'``, ``'N/A'`` are not usable.
+    """
+    n = len(values)
+    out = np.full(n, np.nan)
+    ok = np.zeros(n, dtype=bool)
+    for i, v in enumerate(values):
+        tv = type(v)
+        if tv is float or tv is int:
+            out[i] = v
+            ok[i] = True
+        elif tv is str and _NUM_RE.match(v):
+            out[i] = float(v)
+            ok[i] = True
+    return out, ok
+
+
+def float_strs(values: np.ndarray) -> List[str]:
+    """Python ``str(float)`` of every element (the reference's text for relative errors)."""
+    return list(map(repr, values.tolist()))
+
+
+def display(values: Sequence) -> list:
+    """Cell values for the NPU/Bench max/min/mean/l2norm columns: NaN -> 'Nan', None -> 'None'."""
+    out = []
+    for v in values:
+        if v is None:
+            out.append("None")
+        elif type(v) is float and v != v:
+            out.append(NAN_TEXT)
+        else:
+            out.append(v)
+    return out
+
+
+def stat_diffs(npu: Sequence, bench: Sequence, matched: np.ndarray):
+    """Diff and relative-error columns for one statistic.
+
+    Returns (diff_cells, rel_cells, diff_values, rel_fraction, warn):
+    diff_values is float64 (NaN where not a number), rel_fraction = |diff/bench| (NaN where N/A),
+    warn = the G8 magnitude warning ``|diff| / (|max(npu, bench)| + 1e-10) > 0.5``.
+    """
+    n, n_ok = numeric(npu)
+    b, b_ok = numeric(bench)
+    usable = n_ok & b_ok & matched
+    # the reference subtracts values re-parsed from text (see refparse); the denominator is exact
+    n_p = reference_parse(np.where(usable, n, 0.0))
+    b_p = reference_parse(np.where(usable, b, 0.0))
+    with np.errstate(all="ignore"):
+        diff = np.where(usable, n_p - b_p, np.nan)
+        diff_nan = usable & np.isnan(diff)
+        good = usable & ~diff_nan
+        zero_bench = good & (b == 0)
+        rel_ok = good & ~zero_bench
+        rel = np.abs(diff / b * 100)
+        warn = good & (np.abs(diff) / (np.abs(np.maximum(n_p, b_p)) + 1e-10) > 0.5)
+    diff_cells: list = [NA] * len(n)
+    rel_cells: list = [NA] * len(n)
+    if good.any():
+        gi = np.nonzero(good)[0]
+        for i, v in zip(gi.tolist(), diff[gi].tolist()):
+            diff_cells[i] = v
+    if diff_nan.any():
+        for i in np.nonzero(diff_nan)[0].tolist():
+            diff_cells[i] = NAN_TEXT
+            rel_cells[i] = NAN_TEXT
+    if rel_ok.any():
+        ri = np.nonzero(rel_ok)[0]
+        for i, s in zip(ri.tolist(), float_strs(rel[ri])):
+            rel_cells[i] = s + "%"
+    diff_values = np.where(good, diff, np.nan)
+    rel_fraction = np.where(rel_ok, rel / 100.0, np.nan)
+    return diff_cells, rel_cells, diff_values, rel_fraction, warn
+
+
+def is_number(v) -> bool:
+    t = type(v)
+    return (t is float and not math.isnan(v)) or t is int

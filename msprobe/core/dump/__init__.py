@@ -1,0 +1,1 @@
+"""Dump format: reading dump.json / stack.json into columnar rows."""

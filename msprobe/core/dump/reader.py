@@ -1,0 +1,334 @@
+"""dump.json -> typed, columnar rows.
+
+One row per flattened tensor or value, named and ordered as the reference does (compare.md §2):
+
+* entry sections in the order inputs (``input_args``, ``input_kwargs``, ``input``), ``parameters``,
+  ``output``; kwargs get the same ``.input`` infix; ``parameters_grad`` entries keep the parameter name
+  without a list index;
+* lists add ``.<i>``, dicts ``.<key>``; a dict with a string ``type`` is a leaf; empty lists/dicts give no
+  row; ``None`` gives a row of ``None`` values;
+* in tensor mode the row name comes from ``data_name`` (without its extension).
+
+The walk over the JSON tree is the only per-value Python work of a compare; everything after it works on
+whole columns.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import zlib
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from msprobe.core.errors import MsprobeError
+from msprobe.core.fileio import load_json
+
+# compare.md §2.7 / §9.3: strings starting with a formula character (or containing ';' followed by one)
+INJECTION_RE = re.compile(r"^[＋－＝％＠+\-=%@]|;[＋－＝％＠+\-=%@]")
+
+STATE_INPUT = "input"
+STATE_PARAMETERS = "parameters"
+STATE_OUTPUT = "output"
+STATE_PARAMETERS_GRAD = "parameters_grad"
+
+# section key -> (name infix, state)
+SECTIONS = (
+    ("input_args", "input", STATE_INPUT),
+    ("input_kwargs", "input", STATE_INPUT),
+    ("input", "input", STATE_INPUT),
+    ("parameters", "parameters", STATE_PARAMETERS),
+    ("output", "output", STATE_OUTPUT),
+)
+MAX_DEPTH = 400
+TENSOR_TYPES = ("torch.Tensor", "mindspore.Tensor", "torch.nn.parameter.Parameter", "mindspore.Parameter")
+DIST_VALUE_NAMES = ("src", "dst", "group_src", "group_dst")
+
+MODE_STATISTICS = "statistics"
+MODE_MD5 = "md5"
+MODE_TENSOR = "tensor"
+
+
+@dataclass
+class DumpRows:
+    """Columnar rows of one dump.json (all lists have the same length)."""
+
+    path: str
+    task: str
+    level: str
+    framework: str
+    names: List[str] = field(default_factory=list)
+    api: List[str] = field(default_factory=list)  # dump.json key the row came from
+    state: List[str] = field(default_factory=list)
+    dtype: List[str] = field(default_factory=list)
+    shape: List[str] = field(default_factory=list)
+    stat_max: list = field(default_factory=list)  # raw statistic values (float/int/str/None)
+    stat_min: list = field(default_factory=list)
+    stat_mean: list = field(default_factory=list)
+    stat_norm: list = field(default_factory=list)
+    requires_grad: List[str] = field(default_factory=list)  # 'True' / 'False' / 'N/A'
+    data_name: List[str] = field(default_factory=list)
+    md5: List[str] = field(default_factory=list)
+    stack: List[Optional[str]] = field(default_factory=list)  # stack text on the first row of an API
+    has_md5: bool = False
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+def _crc(value) -> str:
+    return "%08x" % zlib.crc32(str(value).encode())
+
+
+def _bools_to_str(v):
+    if v is True:
+        return "True"
+    if v is False:
+        return "False"
+    return v
+
+
+class _Walker:
+    __slots__ = ("rows", "op", "tensor_mode", "side", "check")
+
+    def __init__(self, rows: DumpRows, tensor_mode: bool, side: str, check: bool):
+        self.rows = rows
+        self.tensor_mode = tensor_mode
+        self.side = side
+        self.check = check
+        self.op = ""
+
+    def leaf(self, leaf: dict, name: str, state: str) -> None:
+        r = self.rows
+        op = self.op
+        if self.check:
+            shape = leaf.get("shape")
+            if shape is not None and not isinstance(shape, (list, tuple)):
+                raise MsprobeError(
+                    f"{self.side} dump.json {r.path}: '{op}' has a 'shape' that is not a list ({shape!r}); the file is damaged: re-run the dump"
+                )
+            rg = leaf.get("requires_grad")
+            if rg is not None and not isinstance(rg, bool):
+                raise MsprobeError(
+                    f"{self.side} dump.json {r.path}: '{op}' has a 'requires_grad' that is not true/false ({rg!r}); the file is damaged: re-run the dump"
+                )
+        ltype = leaf.get("type")
+        dtype = leaf.get("dtype")
+        if ltype in TENSOR_TYPES:
+            missing = [k for k in ("dtype", "shape") if k not in leaf]
+            if missing:
+                raise MsprobeError(
+                    f"{self.side} dump.json {r.path}: tensor entry {name} has no {' or '.join(repr(m) for m in missing)} "
+                    f"(a tensor needs type, dtype and shape); the file is damaged or not written by a dumper: re-run the dump"
+                )
+        data_name = leaf.get("data_name") or "-1"
+        if data_name != "-1":
+            row_name = data_name.rsplit(".", 1)[0] if "." in data_name else data_name
+        else:
+            row_name = name
+        raw = leaf.get("value")
+        value = _bools_to_str(raw)
+        md5 = leaf.get("md5")
+        if dtype:
+            shape_s = str(leaf.get("shape"))
+            mx, mn, me, no = leaf.get("Max"), leaf.get("Min"), leaf.get("Mean"), leaf.get("Norm")
+            mx, mn, me, no = _bools_to_str(mx), _bools_to_str(mn), _bools_to_str(me), _bools_to_str(no)
+            if not md5:
+                md5 = _crc(value if "value" in leaf else "")
+        else:
+            last = name.rsplit(".", 1)[-1]
+            if ltype == "torch.Size":
+                dtype, shape_s = "torch.Size", str(value)
+                mx = mn = me = no = None
+                md5 = md5 or _crc(value)
+            elif ltype == "slice":
+                dtype = "slice"
+                shape_s = "(%d,)" % len(value) if isinstance(value, list) else "()"
+                mx = mn = me = no = None
+                md5 = md5 or _crc(value)
+            elif ltype == "ellipsis":
+                dtype, shape_s = "ellipsis", "[]"
+                mx = mn = me = no = value
+                md5 = md5 or _crc(value)
+            elif last in DIST_VALUE_NAMES:
+                dtype, shape_s = ltype, "[]"
+                mx = mn = me = no = str(value)
+                md5 = str(value)
+            elif ltype == "torch.ProcessGroup":
+                ranks = str(leaf.get("group_ranks"))
+                dtype, shape_s = ltype, "[]"
+                mx = mn = me = no = ranks
+                md5 = ranks
+            else:
+                dtype = _PY_TYPE_NAMES.get(type(raw)) or str(type(raw))
+                shape_s = "[]"
+                mx = mn = me = no = value
+                md5 = md5 or _crc(value if "value" in leaf else "")
+        rg = leaf.get("requires_grad")
+        r.names.append(row_name)
+        r.api.append(op)
+        r.state.append(state)
+        r.dtype.append(str(dtype))
+        r.shape.append(shape_s)
+        r.stat_max.append(mx)
+        r.stat_min.append(mn)
+        r.stat_mean.append(me)
+        r.stat_norm.append(no)
+        r.requires_grad.append("N/A" if rg is None else ("True" if rg else "False"))
+        r.data_name.append(data_name)
+        r.md5.append(md5)
+        r.stack.append(None)
+
+    def none_row(self, name: str, state: str) -> None:
+        r = self.rows
+        r.names.append(name)
+        r.api.append(self.op)
+        r.state.append(state)
+        r.dtype.append("None")
+        r.shape.append("None")
+        for col in (r.stat_max, r.stat_min, r.stat_mean, r.stat_norm):
+            col.append(None)
+        r.requires_grad.append("N/A")
+        r.data_name.append("-1")
+        r.md5.append("N/A")
+        r.stack.append(None)
+
+    def walk(self, value, name: str, state: str, in_grad: bool, depth: int) -> None:
+        if depth > MAX_DEPTH:
+            raise MsprobeError(
+                f"{self.side} dump.json {self.rows.path}: '{self.op}' is nested deeper than {MAX_DEPTH} levels; the file is damaged"
+            )
+        if value is None:
+            self.none_row(name, state)
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                self.walk(item, name if in_grad else f"{name}.{i}", state, in_grad, depth + 1)
+        elif isinstance(value, dict):
+            if not value:
+                return
+            if value.get("class_type") == "torch.distributed.P2POp" and isinstance(value.get("tensor"), dict):
+                self.leaf(value["tensor"], name, state)
+            elif isinstance(value.get("type"), str):
+                self.leaf(value, name, state)
+            else:
+                for key, item in value.items():
+                    self.walk(item, f"{name}.{key}", state, in_grad, depth + 1)
+        elif not value:
+            return
+        else:
+            raise MsprobeError(
+                f"{self.side} dump.json {self.rows.path}: '{self.op}' holds a bare value {value!r} where a tensor or value record was expected; the file is damaged"
+            )
+
+
+_PY_TYPE_NAMES = {
+    bool: "<class 'bool'>",
+    int: "<class 'int'>",
+    float: "<class 'float'>",
+    str: "<class 'str'>",
+    type(None): "<class 'NoneType'>",
+    list: "<class 'list'>",
+    dict: "<class 'dict'>",
+}
+
+
+def _md5_present(data: dict) -> bool:
+    for body in data.values():
+        if not isinstance(body, dict):
+            continue
+        for section in body.values():
+            if isinstance(section, list):
+                for item in section:
+                    if isinstance(item, dict) and "md5" in item:
+                        return True
+            elif isinstance(section, dict) and "md5" in section:
+                return True
+    return False
+
+
+def load_stack(path: str) -> Dict[str, str]:
+    """stack.json (legacy ``{api: [lines]}`` or new ``{"0": [[apis], [lines]]}``) -> {api: str(lines)}."""
+    obj = load_json(path, "stack.json")
+    if not isinstance(obj, dict):
+        raise MsprobeError(f"stack.json {path}: the outermost value must be an object; the file is damaged: re-run the dump")
+    out: Dict[str, str] = {}
+    if "0" in obj:
+        for key, val in obj.items():
+            if not (isinstance(val, list) and len(val) == 2 and isinstance(val[0], list)):
+                raise MsprobeError(f"stack.json {path}: entry {key!r} is not [[api names], [stack lines]]; the file is damaged")
+            text = str(val[1])
+            for api in val[0]:
+                out[api] = text
+    else:
+        for api, lines in obj.items():
+            if not isinstance(lines, list):
+                raise MsprobeError(f"stack.json {path}: the stack of '{api}' is not a list; the file is damaged")
+            out[api] = str(lines)
+    return out
+
+
+def read_dump(path: str, side: str, stack_path: Optional[str] = None) -> DumpRows:
+    """Parse a dump.json into rows.  ``side`` ('target'/'golden') only names the file in messages."""
+    obj = load_json(path, f"{side} dump.json")
+    if not isinstance(obj, dict):
+        raise MsprobeError(f"{side} dump.json {path}: the top level is not an object; this is not a dump.json")
+    task = obj.get("task")
+    if not task:
+        raise MsprobeError(f"{side} dump.json {path} has no 'task'; this is not a dump.json written by a dumper")
+    if "data" not in obj:
+        raise MsprobeError(f"{side} dump.json {path} has no 'data'; the file is damaged or not a dump.json")
+    data = obj["data"]
+    if not isinstance(data, dict):
+        raise MsprobeError(f"{side} dump.json {path}: 'data' is a {type(data).__name__}, expected an object; the file is damaged")
+    if task not in (MODE_TENSOR, MODE_STATISTICS):
+        raise MsprobeError(
+            f"{side} dump.json {path} has task {task!r}; compare works on dumps made with task 'statistics' or 'tensor'"
+        )
+    rows = DumpRows(path=path, task=task, level=str(obj.get("level", "")), framework=str(obj.get("framework") or "pytorch"))
+    walker = _Walker(rows, task == MODE_TENSOR, side, check=True)
+    for op, body in data.items():
+        if not isinstance(op, str) or INJECTION_RE.search(op):
+            raise MsprobeError(
+                f"{side} dump.json {path}: API name {op!r} starts with a formula character (+ - = % @); refusing it as it could be a spreadsheet injection"
+            )
+        walker.op = op
+        parts = op.split(".")
+        if not isinstance(body, dict):
+            raise MsprobeError(f"{side} dump.json {path}: entry '{op}' is a {type(body).__name__}, expected an object")
+        if parts[-1] == "parameters_grad" or (len(parts) > 1 and parts[-2] == "parameters_grad"):
+            walker.walk(body, op, STATE_PARAMETERS_GRAD, True, 0)
+            continue
+        for key, infix, state in SECTIONS:
+            if key in body:
+                walker.walk(body[key], f"{op}.{infix}", state, False, 0)
+    if task == MODE_STATISTICS:
+        rows.has_md5 = _md5_present(data)
+    if stack_path is None:
+        candidate = os.path.join(os.path.dirname(path), "stack.json")
+        stack_path = candidate if os.path.isfile(candidate) else None
+    if stack_path:
+        stacks = load_stack(stack_path)
+        seen = set()
+        for i, op in enumerate(rows.api):
+            if op not in seen:
+                seen.add(op)
+                rows.stack[i] = stacks.get(op, "N/A") if stacks else "N/A"
+    else:
+        rows.stack = []  # no stack column
+    return rows
+
+
+def dump_mode(target: DumpRows, golden: DumpRows) -> str:
+    """statistics / md5 / tensor from the two dumps' tasks (compare.md §2.2)."""
+    if target.task != golden.task:
+        raise MsprobeError(
+            f"the target dump is task {target.task!r} ({target.path}) but the golden dump is task {golden.task!r} ({golden.path}); compare needs two dumps of the same task"
+        )
+    if target.task == MODE_TENSOR:
+        return MODE_TENSOR
+    if target.has_md5 != golden.has_md5:
+        md5_side = "target" if target.has_md5 else "golden"
+        raise MsprobeError(
+            f"the {md5_side} dump has md5 values and the other has statistics; dump both sides with the same summary_mode"
+        )
+    return MODE_MD5 if target.has_md5 else MODE_STATISTICS

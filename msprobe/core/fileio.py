@@ -1,0 +1,175 @@
+"""Safe file handling shared by every command.
+
+* Inputs are checked before use (exists, right kind, not a symbolic link, readable) and never modified.
+* JSON is parsed with orjson; the reference's dumps may contain the non-standard tokens ``NaN``,
+  ``Infinity`` and ``-Infinity``, which orjson rejects, so those files fall back to the stdlib parser.
+* A file is only parsed when it fits the memory rule (:func:`json_size_limit`).
+* Outputs are written atomically: to a temporary file in the destination directory, then linked into
+  place with ``os.link``, which fails instead of replacing an existing file, so a result is never
+  silently overwritten and a crash never leaves a partial file behind.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import tempfile
+from typing import Callable, Optional
+
+from msprobe.core.errors import MsprobeError
+
+# Parsing a dump.json into Python objects and then into the compare tables costs about this many
+# times the file size in memory (measured by benchmarks/bench_memory_ratio.py on generated dumps;
+# see docs/compare.md).  Used to refuse files that cannot fit before trying.
+JSON_MEMORY_FACTOR = 12
+# Hard cap whatever the machine: beyond this a dump should be split (by step, rank, scope or list).
+JSON_HARD_LIMIT = 10 * 1024 ** 3
+
+
+def human_size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1024 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"  # pragma: no cover
+
+
+def available_memory() -> int:
+    """Bytes of memory this process may still use (MSPROBE_MEMORY_LIMIT overrides, in bytes)."""
+    override = os.environ.get("MSPROBE_MEMORY_LIMIT")
+    if override:
+        try:
+            return int(float(override))
+        except ValueError:
+            raise MsprobeError(f"MSPROBE_MEMORY_LIMIT={override!r} is not a number of bytes; unset it or give e.g. 8e9")
+    try:
+        with open("/proc/meminfo", "r", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
+        return 16 * 1024 ** 3
+
+
+def json_size_limit() -> int:
+    return min(JSON_HARD_LIMIT, available_memory() // JSON_MEMORY_FACTOR)
+
+
+def check_path(path: str, what: str, kind: str = "any") -> str:
+    """Validate an input path; return it normalised.  kind: 'file', 'dir' or 'any'."""
+    if not path:
+        raise MsprobeError(f"{what}: no path given")
+    if os.path.islink(path):
+        raise MsprobeError(
+            f"{what} {path} is a symbolic link; msprobe does not follow links on inputs for safety: pass the real path ({os.path.realpath(path)})"
+        )
+    if not os.path.exists(path):
+        raise MsprobeError(f"{what} {path} does not exist; check the path")
+    if kind == "file" and not os.path.isfile(path):
+        raise MsprobeError(f"{what} {path} is a directory, expected a file")
+    if kind == "dir" and not os.path.isdir(path):
+        raise MsprobeError(f"{what} {path} is a file, expected a directory")
+    if not os.access(path, os.R_OK):
+        raise MsprobeError(f"{what} {path} is not readable by this user; fix its permissions")
+    return os.path.abspath(path)
+
+
+def _loads(data: bytes):
+    import orjson
+
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        # The reference writes NaN / Infinity as bare tokens (invalid JSON); the stdlib accepts them.
+        return json.loads(data)
+
+
+def load_json(path: str, what: str, limit: Optional[int] = None):
+    """Parse a JSON file with size and memory checks; errors become one clear MsprobeError line."""
+    path = check_path(path, what, "file")
+    size = os.path.getsize(path)
+    limit = json_size_limit() if limit is None else limit
+    if size > limit:
+        raise MsprobeError(
+            f"{what} {path} is {human_size(size)}, over the limit of {human_size(limit)} on this machine "
+            f"(msprobe needs about {JSON_MEMORY_FACTOR}x a JSON file's size in memory and this machine has "
+            f"{human_size(available_memory())} available; hard cap {human_size(JSON_HARD_LIMIT)}): dump fewer steps, "
+            f"ranks or APIs (config 'step', 'rank', 'scope', 'list') or run on a machine with more memory"
+        )
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise MsprobeError(f"{what} {path} cannot be read: {exc.strerror}")
+    if not data.strip():
+        raise MsprobeError(f"{what} {path} is empty; re-run the dump or pick the right file")
+    try:
+        return _loads(data)
+    except (ValueError, RecursionError) as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise MsprobeError(f"{what} {path} is not valid JSON ({msg}); the file is truncated or damaged: re-run the dump")
+
+
+def ensure_output_dir(path: str) -> str:
+    """Create the output directory (mode 0750) if needed and check that we can write into it."""
+    path = os.path.abspath(path or "./output")
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise MsprobeError(f"output path {path} exists and is not a directory; choose another -o")
+    try:
+        os.makedirs(path, mode=0o750, exist_ok=True)
+    except OSError as exc:
+        raise MsprobeError(f"cannot create output directory {path}: {exc.strerror}; choose another -o")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise MsprobeError(f"output directory {path} is not writable by this user; choose another -o or fix its permissions")
+    return path
+
+
+def unique_path(path: str) -> str:
+    """``path`` if free, else ``stem_1.ext``, ``stem_2.ext`` ... (never an existing file)."""
+    if not os.path.lexists(path):
+        return path
+    stem, ext = os.path.splitext(path)
+    if stem.endswith(".vis"):  # keep double extensions such as .vis.db together
+        stem, ext = stem[:-4], ".vis" + ext
+    i = 1
+    while os.path.lexists(f"{stem}_{i}{ext}"):
+        i += 1
+    return f"{stem}_{i}{ext}"
+
+
+def atomic_write(final_path: str, write: Callable[[str], None], mode: int = 0o640) -> str:
+    """Run ``write(tmp_path)`` and move the result to ``final_path`` without ever replacing a file.
+
+    Returns the path written (``final_path`` or, if that name was taken meanwhile, a numbered variant).
+    The temporary file is removed on any failure.
+    """
+    directory = os.path.dirname(os.path.abspath(final_path))
+    fd, tmp = tempfile.mkstemp(prefix=".msprobe-", suffix=".tmp", dir=directory)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.chmod(tmp, mode)
+        target = final_path
+        while True:
+            try:
+                os.link(tmp, target)
+                break
+            except FileExistsError:
+                target = unique_path(target)
+            except OSError as exc:
+                if exc.errno in (errno.EPERM, errno.ENOTSUP, errno.EXDEV):  # filesystem without hard links
+                    if os.path.lexists(target):
+                        target = unique_path(target)
+                        continue
+                    os.replace(tmp, target)
+                    return target
+                raise
+        return target
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
