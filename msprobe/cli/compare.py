@@ -122,6 +122,10 @@ def run(args) -> int:
         tensor_log=tensor_log, jobs=args.jobs, framework=args.framework, match_column=not args.no_match_column,
         progress=not args.quiet,
     )
+    # .pt files the fast reader cannot decode (legacy format) are retried with torch, imported lazily
+    from msprobe.pytorch.tensor_io import install_fallback
+
+    install_fallback()
     show = cfg.progress and sys.stderr.isatty()
     results = run_compare(cfg, progress_factory=(lambda label: _Bar(label, True)) if show else None)
     _summary(results)

@@ -1,0 +1,4 @@
+"""MindSpore side of msprobe.
+
+Importing this package does not import mindspore.
+"""
