@@ -83,10 +83,7 @@ def compare_dumps(
 ) -> Report:
     """Compare two dump.json files.  ``progress(stage, done, total)`` is called as work advances."""
     tick = progress or (lambda *_: None)
-    stack_path = cfg.stack_path
-    t = read_dump(target_json, "target", stack_path=stack_path)
-    tick("parse", 1, 2)
-    g = read_dump(golden_json, "golden", stack_path="")  # the golden stack is never shown
+    t, g = _read_both(cfg, target_json, golden_json)
     tick("parse", 2, 2)
     mode = dump_mode(t, g)
     if len(t) == 0:
@@ -111,6 +108,33 @@ def compare_dumps(
         rep.header.append(MATCH_COL)
         rep.columns.append(list(m.rule))
     return rep
+
+
+PARALLEL_PARSE_BYTES = 4 * 1024 * 1024
+
+
+def _read_both(cfg: CompareConfig, target_json: str, golden_json: str) -> Tuple[DumpRows, DumpRows]:
+    """Parse both dumps; big ones in parallel (the golden side in a forked process)."""
+    import multiprocessing as mp
+
+    try:
+        size = os.path.getsize(target_json) + os.path.getsize(golden_json)
+    except OSError:
+        size = 0
+    parallel = (
+        size >= PARALLEL_PARSE_BYTES and cfg.jobs != 1 and (os.cpu_count() or 1) > 1
+        and mp.current_process().name == "MainProcess" and "fork" in mp.get_all_start_methods()
+    )
+    if not parallel:
+        t = read_dump(target_json, "target", stack_path=cfg.stack_path)
+        return t, read_dump(golden_json, "golden", stack_path="")  # the golden stack is never shown
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("fork")) as pool:
+        fut = pool.submit(read_dump, golden_json, "golden", "")
+        t = read_dump(target_json, "target", stack_path=cfg.stack_path)
+        g = fut.result()
+    return t, g
 
 
 def _basic(t: DumpRows, g: DumpRows, m: Matches) -> Tuple[List[str], List[list]]:
@@ -163,14 +187,12 @@ def _nonfinite(*cols) -> np.ndarray:
 
 def _number_mask(col) -> Tuple[np.ndarray, np.ndarray]:
     """(float values, is-a-number-and-not-NaN) for a column of cells."""
-    n = len(col)
-    vals = np.full(n, np.nan)
-    ok = np.zeros(n, dtype=bool)
-    for i, v in enumerate(col):
-        tv = type(v)
-        if (tv is float and v == v) or tv is int:
-            vals[i] = v
-            ok[i] = True
+    num_types = (float, int)
+    ok = np.array([v.__class__ in num_types and v == v for v in col], dtype=bool)
+    vals = np.full(len(col), np.nan)
+    idx = np.flatnonzero(ok)
+    if len(idx):
+        vals[idx] = np.fromiter((col[i] for i in idx.tolist()), dtype=np.float64, count=len(idx))
     return vals, ok
 
 

@@ -22,44 +22,45 @@ _MAX_DIGITS = 17
 def reference_parse(values: np.ndarray) -> np.ndarray:
     """float64 array -> the float64 values pandas' legacy parser gives for ``str(value)``."""
     values = np.asarray(values, dtype=np.float64)
-    out = values.copy()
     finite = np.isfinite(values) & (values != 0)
-    idx = np.nonzero(finite)[0]
-    if len(idx) == 0:
-        return out
-    texts = np.array(list(map(repr, values[idx].tolist())), dtype="S32")
-    mat = texts.view(np.uint8).reshape(len(idx), 32)
+    if not finite.any():
+        return values.copy()
+    # statistics repeat (an op's output is the next op's input): parse each distinct value once
+    uniq, inverse = np.unique(values[finite], return_inverse=True)
+    out = values.copy()
+    out[finite] = _parse_nonzero_finite(uniq)[inverse]
+    return out
+
+
+def _parse_nonzero_finite(values: np.ndarray) -> np.ndarray:
+    out = values.copy()
+    idx = np.arange(len(values))
+    texts = np.array(list(map(repr, values.tolist())))  # fixed-width unicode, one row per value
+    width = texts.dtype.itemsize // 4
     n = len(idx)
-    neg = mat[:, 0] == ord("-")
+    # one row per character position, one column per value: every step below is a contiguous vector op
+    mat = np.ascontiguousarray(texts.view(np.uint32).reshape(n, width).T)
+    neg = mat[0] == 45  # '-'
+    is_digit = (mat >= 48) & (mat <= 57)
+    in_exp = np.logical_or.accumulate((mat == 101) | (mat == 69), axis=0)  # from 'e'/'E' on
+    mant = is_digit & ~in_exp
+    after_point = np.logical_or.accumulate(mat == 46, axis=0)  # from '.' on
+    rank = np.cumsum(mant, axis=0, dtype=np.int16)  # 1-based position among mantissa digits
+    take = mant & (rank <= _MAX_DIGITS)
+    exp = (mant & ~take & ~after_point).sum(axis=0, dtype=np.int64) - (take & after_point).sum(axis=0, dtype=np.int64)
     number = np.zeros(n)
-    ndig = np.zeros(n, dtype=np.int64)
-    exp = np.zeros(n, dtype=np.int64)
-    after_point = np.zeros(n, dtype=bool)
-    in_exp = np.zeros(n, dtype=bool)
-    exp_sign = np.ones(n, dtype=np.int64)
     exp_val = np.zeros(n, dtype=np.int64)
-    for j in range(32):
-        c = mat[:, j]
-        if not c.any():
-            break
-        is_digit = (c >= 48) & (c <= 57)
-        d = c.astype(np.int64) - 48
-        # exponent part
-        is_e = (c == ord("e")) | (c == ord("E"))
-        in_exp |= is_e
-        exp_minus = in_exp & (c == ord("-"))
-        exp_sign[exp_minus] = -1
-        ed = in_exp & is_digit
-        exp_val = np.where(ed, exp_val * 10 + d, exp_val)
-        # mantissa digits
-        md = ~in_exp & is_digit
-        take = md & (ndig < _MAX_DIGITS)
-        number = np.where(take, number * 10.0 + d, number)
-        exp = exp - (take & after_point)
-        exp = exp + (md & ~take & ~after_point)
-        ndig = ndig + take
-        after_point |= ~in_exp & (c == ord("."))
-    exp = exp + exp_sign * exp_val
+    edig = is_digit & in_exp
+    for j in range(width):
+        # pandas accumulates number = number * 10 + digit in double precision, digit by digit
+        t = take[j]
+        if t.any():
+            number = np.where(t, number * 10.0 + (mat[j] - 48.0), number)
+        e = edig[j]
+        if e.any():
+            exp_val = np.where(e, exp_val * 10 + (mat[j].astype(np.int64) - 48), exp_val)
+    eneg = (in_exp & (mat == 45)).any(axis=0)
+    exp = exp + np.where(eneg, -exp_val, exp_val)
     res = number.copy()
     pos = exp > 0
     res[pos] = number[pos] * _POW10[np.minimum(exp[pos], 308)]

@@ -22,16 +22,16 @@ def numeric(values: Sequence) -> Tuple[np.ndarray, np.ndarray]:
     (``pd.to_numeric(str(v))`` succeeding).  ``None``, ``'True'``, ``'...'``, ``'N/A'`` are not usable.
     """
     n = len(values)
+    num_types = (float, int)
+    flags = [v.__class__ in num_types for v in values]
+    if all(flags):
+        return np.fromiter(values, dtype=np.float64, count=n), np.ones(n, dtype=bool)
+    flags = [f or (v.__class__ is str and _NUM_RE.match(v) is not None) for f, v in zip(flags, values)]
+    ok = np.array(flags, dtype=bool)
     out = np.full(n, np.nan)
-    ok = np.zeros(n, dtype=bool)
-    for i, v in enumerate(values):
-        tv = type(v)
-        if tv is float or tv is int:
-            out[i] = v
-            ok[i] = True
-        elif tv is str and _NUM_RE.match(v):
-            out[i] = float(v)
-            ok[i] = True
+    idx = np.flatnonzero(ok)
+    if len(idx):
+        out[idx] = np.fromiter((float(values[i]) for i in idx.tolist()), dtype=np.float64, count=len(idx))
     return out, ok
 
 
@@ -42,15 +42,7 @@ def float_strs(values: np.ndarray) -> List[str]:
 
 def display(values: Sequence) -> list:
     """Cell values for the NPU/Bench max/min/mean/l2norm columns: NaN -> 'Nan', None -> 'None'."""
-    out = []
-    for v in values:
-        if v is None:
-            out.append("None")
-        elif type(v) is float and v != v:
-            out.append(NAN_TEXT)
-        else:
-            out.append(v)
-    return out
+    return ["None" if v is None else (NAN_TEXT if v != v else v) for v in values]
 
 
 def stat_diffs(npu: Sequence, bench: Sequence, matched: np.ndarray):
@@ -64,8 +56,8 @@ def stat_diffs(npu: Sequence, bench: Sequence, matched: np.ndarray):
     b, b_ok = numeric(bench)
     usable = n_ok & b_ok & matched
     # the reference subtracts values re-parsed from text (see refparse); the denominator is exact
-    n_p = reference_parse(np.where(usable, n, 0.0))
-    b_p = reference_parse(np.where(usable, b, 0.0))
+    both = reference_parse(np.concatenate([np.where(usable, n, 0.0), np.where(usable, b, 0.0)]))
+    n_p, b_p = both[: len(n)], both[len(n):]
     with np.errstate(all="ignore"):
         diff = np.where(usable, n_p - b_p, np.nan)
         diff_nan = usable & np.isnan(diff)

@@ -27,6 +27,8 @@ from msprobe.core.fileio import load_json
 # compare.md §2.7 / §9.3: strings starting with a formula character (or containing ';' followed by one)
 INJECTION_RE = re.compile(r"^[＋－＝％＠+\-=%@]|;[＋－＝％＠+\-=%@]")
 
+_FORMULA_FIRST = frozenset("＋－＝％＠+-=%@")
+
 STATE_INPUT = "input"
 STATE_PARAMETERS = "parameters"
 STATE_OUTPUT = "output"
@@ -68,9 +70,18 @@ class DumpRows:
     stat_norm: list = field(default_factory=list)
     requires_grad: List[str] = field(default_factory=list)  # 'True' / 'False' / 'N/A'
     data_name: List[str] = field(default_factory=list)
-    md5: List[str] = field(default_factory=list)
     stack: List[Optional[str]] = field(default_factory=list)  # stack text on the first row of an API
     has_md5: bool = False
+    _md5_raw: list = field(default_factory=list)  # md5 strings, or (value,) to CRC32 on demand
+
+    @property
+    def md5(self) -> List[str]:
+        """md5 column (the reference's CRC32 text; values without one get the CRC32 of their text)."""
+        if self._md5_cache is None:
+            self._md5_cache = [m if m.__class__ is str else _crc(m[0]) for m in self._md5_raw]
+        return self._md5_cache
+
+    _md5_cache: Optional[List[str]] = None
 
     def __len__(self) -> int:
         return len(self.names)
@@ -89,109 +100,95 @@ def _bools_to_str(v):
 
 
 class _Walker:
-    __slots__ = ("rows", "op", "tensor_mode", "side", "check")
+    __slots__ = ("rows", "op", "tensor_mode", "side", "check", "out")
 
     def __init__(self, rows: DumpRows, tensor_mode: bool, side: str, check: bool):
+        self.out: list = []  # one tuple per row, transposed into columns at the end
         self.rows = rows
         self.tensor_mode = tensor_mode
         self.side = side
         self.check = check
         self.op = ""
 
+    def _bad(self, leaf: dict, name: str) -> None:
+        """Explain why a leaf is malformed (called only when the fast checks fail)."""
+        r, op = self.rows, self.op
+        shape = leaf.get("shape")
+        if shape is not None and not isinstance(shape, (list, tuple)):
+            raise MsprobeError(
+                f"{self.side} dump.json {r.path}: '{op}' has a 'shape' that is not a list ({shape!r}); the file is damaged: re-run the dump"
+            )
+        rg = leaf.get("requires_grad")
+        if rg is not None and not isinstance(rg, bool):
+            raise MsprobeError(
+                f"{self.side} dump.json {r.path}: '{op}' has a 'requires_grad' that is not true/false ({rg!r}); the file is damaged: re-run the dump"
+            )
+        missing = [k for k in ("dtype", "shape") if k not in leaf]
+        raise MsprobeError(
+            f"{self.side} dump.json {r.path}: tensor entry {name} has no {' or '.join(repr(m) for m in missing)} "
+            f"(a tensor needs type, dtype and shape); the file is damaged or not written by a dumper: re-run the dump"
+        )
+
     def leaf(self, leaf: dict, name: str, state: str) -> None:
-        r = self.rows
-        op = self.op
-        if self.check:
-            shape = leaf.get("shape")
-            if shape is not None and not isinstance(shape, (list, tuple)):
-                raise MsprobeError(
-                    f"{self.side} dump.json {r.path}: '{op}' has a 'shape' that is not a list ({shape!r}); the file is damaged: re-run the dump"
-                )
-            rg = leaf.get("requires_grad")
-            if rg is not None and not isinstance(rg, bool):
-                raise MsprobeError(
-                    f"{self.side} dump.json {r.path}: '{op}' has a 'requires_grad' that is not true/false ({rg!r}); the file is damaged: re-run the dump"
-                )
-        ltype = leaf.get("type")
-        dtype = leaf.get("dtype")
-        if ltype in TENSOR_TYPES:
-            missing = [k for k in ("dtype", "shape") if k not in leaf]
-            if missing:
-                raise MsprobeError(
-                    f"{self.side} dump.json {r.path}: tensor entry {name} has no {' or '.join(repr(m) for m in missing)} "
-                    f"(a tensor needs type, dtype and shape); the file is damaged or not written by a dumper: re-run the dump"
-                )
-        data_name = leaf.get("data_name") or "-1"
+        get = leaf.get
+        ltype = get("type")
+        dtype = get("dtype")
+        shape = get("shape")
+        rg = get("requires_grad")
+        if (shape is not None and shape.__class__ is not list) or (rg is not None and rg.__class__ is not bool):
+            self._bad(leaf, name)
+        if ltype in TENSOR_TYPES and (dtype is None or shape is None) and ("dtype" not in leaf or "shape" not in leaf):
+            self._bad(leaf, name)
+        data_name = get("data_name") or "-1"
         if data_name != "-1":
             row_name = data_name.rsplit(".", 1)[0] if "." in data_name else data_name
         else:
             row_name = name
-        raw = leaf.get("value")
-        value = _bools_to_str(raw)
-        md5 = leaf.get("md5")
+        md5 = get("md5")
         if dtype:
-            shape_s = str(leaf.get("shape"))
-            mx, mn, me, no = leaf.get("Max"), leaf.get("Min"), leaf.get("Mean"), leaf.get("Norm")
-            mx, mn, me, no = _bools_to_str(mx), _bools_to_str(mn), _bools_to_str(me), _bools_to_str(no)
+            mx, mn, me, no = get("Max"), get("Min"), get("Mean"), get("Norm")
+            if mx.__class__ is bool or mn.__class__ is bool or me.__class__ is bool or no.__class__ is bool:
+                mx, mn, me, no = _bools_to_str(mx), _bools_to_str(mn), _bools_to_str(me), _bools_to_str(no)
             if not md5:
-                md5 = _crc(value if "value" in leaf else "")
+                md5 = (_bools_to_str(get("value")) if "value" in leaf else "",)
+            self.out.append((row_name, self.op, state, str(dtype), str(shape), mx, mn, me, no,
+                             "N/A" if rg is None else ("True" if rg else "False"), data_name, md5))
+            return
+        raw = get("value")
+        value = _bools_to_str(raw)
+        last = name.rsplit(".", 1)[-1]
+        if ltype == "torch.Size":
+            dtype, shape_s = "torch.Size", str(value)
+            mx = mn = me = no = None
+            md5 = md5 or (value,)
+        elif ltype == "slice":
+            dtype = "slice"
+            shape_s = "(%d,)" % len(value) if isinstance(value, list) else "()"
+            mx = mn = me = no = None
+            md5 = md5 or (value,)
+        elif ltype == "ellipsis":
+            dtype, shape_s = "ellipsis", "[]"
+            mx = mn = me = no = value
+            md5 = md5 or (value,)
+        elif last in DIST_VALUE_NAMES:
+            dtype, shape_s = ltype, "[]"
+            mx = mn = me = no = str(value)
+            md5 = str(value)
+        elif ltype == "torch.ProcessGroup":
+            ranks = str(get("group_ranks"))
+            dtype, shape_s = ltype, "[]"
+            mx = mn = me = no = ranks
+            md5 = ranks
         else:
-            last = name.rsplit(".", 1)[-1]
-            if ltype == "torch.Size":
-                dtype, shape_s = "torch.Size", str(value)
-                mx = mn = me = no = None
-                md5 = md5 or _crc(value)
-            elif ltype == "slice":
-                dtype = "slice"
-                shape_s = "(%d,)" % len(value) if isinstance(value, list) else "()"
-                mx = mn = me = no = None
-                md5 = md5 or _crc(value)
-            elif ltype == "ellipsis":
-                dtype, shape_s = "ellipsis", "[]"
-                mx = mn = me = no = value
-                md5 = md5 or _crc(value)
-            elif last in DIST_VALUE_NAMES:
-                dtype, shape_s = ltype, "[]"
-                mx = mn = me = no = str(value)
-                md5 = str(value)
-            elif ltype == "torch.ProcessGroup":
-                ranks = str(leaf.get("group_ranks"))
-                dtype, shape_s = ltype, "[]"
-                mx = mn = me = no = ranks
-                md5 = ranks
-            else:
-                dtype = _PY_TYPE_NAMES.get(type(raw)) or str(type(raw))
-                shape_s = "[]"
-                mx = mn = me = no = value
-                md5 = md5 or _crc(value if "value" in leaf else "")
-        rg = leaf.get("requires_grad")
-        r.names.append(row_name)
-        r.api.append(op)
-        r.state.append(state)
-        r.dtype.append(str(dtype))
-        r.shape.append(shape_s)
-        r.stat_max.append(mx)
-        r.stat_min.append(mn)
-        r.stat_mean.append(me)
-        r.stat_norm.append(no)
-        r.requires_grad.append("N/A" if rg is None else ("True" if rg else "False"))
-        r.data_name.append(data_name)
-        r.md5.append(md5)
-        r.stack.append(None)
+            dtype = _PY_TYPE_NAMES.get(type(raw)) or str(type(raw))
+            shape_s = "[]"
+            mx = mn = me = no = value
+            md5 = md5 or ((value if "value" in leaf else ""),)
+        self.out.append((row_name, self.op, state, dtype, shape_s, mx, mn, me, no,
+                         "N/A" if rg is None else ("True" if rg else "False"), data_name, md5))
 
     def none_row(self, name: str, state: str) -> None:
-        r = self.rows
-        r.names.append(name)
-        r.api.append(self.op)
-        r.state.append(state)
-        r.dtype.append("None")
-        r.shape.append("None")
-        for col in (r.stat_max, r.stat_min, r.stat_mean, r.stat_norm):
-            col.append(None)
-        r.requires_grad.append("N/A")
-        r.data_name.append("-1")
-        r.md5.append("N/A")
-        r.stack.append(None)
+        self.out.append((name, self.op, state, "None", "None", None, None, None, None, "N/A", "-1", "N/A"))
 
     def walk(self, value, name: str, state: str, in_grad: bool, depth: int) -> None:
         if depth > MAX_DEPTH:
@@ -201,8 +198,14 @@ class _Walker:
         if value is None:
             self.none_row(name, state)
         elif isinstance(value, list):
+            leaf = self.leaf
             for i, item in enumerate(value):
-                self.walk(item, name if in_grad else f"{name}.{i}", state, in_grad, depth + 1)
+                child = name if in_grad else f"{name}.{i}"
+                # fast path: a plain value record (the common case) needs no recursion
+                if item.__class__ is dict and item.get("type").__class__ is str and "class_type" not in item:
+                    leaf(item, child, state)
+                else:
+                    self.walk(item, child, state, in_grad, depth + 1)
         elif isinstance(value, dict):
             if not value:
                 return
@@ -287,7 +290,7 @@ def read_dump(path: str, side: str, stack_path: Optional[str] = None) -> DumpRow
     rows = DumpRows(path=path, task=task, level=str(obj.get("level", "")), framework=str(obj.get("framework") or "pytorch"))
     walker = _Walker(rows, task == MODE_TENSOR, side, check=True)
     for op, body in data.items():
-        if not isinstance(op, str) or INJECTION_RE.search(op):
+        if op.__class__ is not str or ((op[:1] in _FORMULA_FIRST or ";" in op) and INJECTION_RE.search(op)):
             raise MsprobeError(
                 f"{side} dump.json {path}: API name {op!r} starts with a formula character (+ - = % @); refusing it as it could be a spreadsheet injection"
             )
@@ -301,6 +304,12 @@ def read_dump(path: str, side: str, stack_path: Optional[str] = None) -> DumpRow
         for key, infix, state in SECTIONS:
             if key in body:
                 walker.walk(body[key], f"{op}.{infix}", state, False, 0)
+    if walker.out:
+        cols = list(zip(*walker.out))
+        (rows.names, rows.api, rows.state, rows.dtype, rows.shape, rows.stat_max, rows.stat_min, rows.stat_mean,
+         rows.stat_norm, rows.requires_grad, rows.data_name, md5) = [list(c) for c in cols]
+        rows._md5_raw = md5
+    rows.stack = [None] * len(rows.names)
     if task == MODE_STATISTICS:
         rows.has_md5 = _md5_present(data)
     if stack_path is None:

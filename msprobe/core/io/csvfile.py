@@ -16,14 +16,30 @@ from msprobe.core.dump.reader import INJECTION_RE
 _NUMBER_TYPES = (int, float)
 
 
-def _guard(values: Sequence) -> list:
+_FIRST = frozenset("+-=%@＋－＝％＠")
+
+
+_MARKERS = tuple("\x00" + c for c in _FIRST) + tuple(";" + c for c in _FIRST)
+
+
+def _guard(values: Sequence) -> Sequence:
+    # the column's text cells joined by NUL: a few substring searches (C speed) tell whether any cell
+    # starts with a formula character or holds ';' followed by one; only then look cell by cell
+    texts = [v for v in values if v.__class__ is str]
+    if not texts:
+        return values
+    joined = "\x00" + "\x00".join(texts)
+    if not any(m in joined for m in _MARKERS):
+        return values
+    hits = [i for i, v in enumerate(values) if v.__class__ is str and INJECTION_RE.search(v)]
+    if not hits:
+        return values
     out = list(values)
-    for i, v in enumerate(out):
-        if type(v) is str and v and INJECTION_RE.search(v):
-            try:
-                float(v)
-            except ValueError:
-                out[i] = "'" + v
+    for i in hits:
+        try:
+            float(out[i])
+        except ValueError:
+            out[i] = "'" + out[i]
     return out
 
 
