@@ -1,0 +1,130 @@
+"""Highlighting rules on small hand-made statistics dumps (compare.md §6)."""
+
+import json
+
+import numpy as np
+
+from msprobe.core.compare.config import CompareConfig
+from msprobe.core.compare.engine import compare_dumps
+from msprobe.core.compare import highlight as hl
+
+
+def t(mx, mn=None, mean=None, norm=None, rg=False, shape=(4,), dtype="torch.float32"):
+    mn = -abs(mx) if mn is None else mn
+    return {"type": "torch.Tensor", "dtype": dtype, "shape": list(shape), "Max": mx, "Min": mn,
+            "Mean": mean if mean is not None else 0.1, "Norm": norm if norm is not None else 1.0, "requires_grad": rg}
+
+
+def write(path, data):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"task": "statistics", "level": "L1", "framework": "pytorch", "dump_data_dir": None, "data": data}))
+    return str(path)
+
+
+def run(tmp_path, target, golden, **kw):
+    tp = write(tmp_path / "t" / "dump.json", target)
+    gp = write(tmp_path / "g" / "dump.json", golden)
+    return compare_dumps(CompareConfig(target=tp, golden=gp, **kw), tp, gp)
+
+
+def col(rep, name):
+    return rep.columns[rep.header.index(name)]
+
+
+def test_nan_max_turns_red(tmp_path):
+    rep = run(tmp_path,
+              {"Functional.relu.0.forward": {"input_args": [t(1.0)], "output": [t(float("nan"))]}},
+              {"Functional.relu.0.forward": {"input_args": [t(1.0)], "output": [t(1.0)]}})
+    assert rep.styles.tolist() == [0, hl.RED]
+    assert col(rep, "NPU max")[1] == "Nan"
+    assert hl.MSG_R1_NAN in col(rep, "Err_message")[1]
+    assert rep.first_red == (1, "Functional.relu.0.forward.output.0")
+
+
+def test_order_of_magnitude_and_relative_rules(tmp_path):
+    # input max diff 2 (5 vs 3), output max diff 60 (100 vs 40): order of magnitude -> yellow;
+    # output relative error 150% -> red, which wins
+    rep = run(tmp_path,
+              {"Torch.matmul.0.forward": {"input_args": [t(5.0)], "output": [t(100.0)]},
+               "Torch.add.0.forward": {"input_args": [t(1.0)], "output": [t(1.2)]}},
+              {"Torch.matmul.0.forward": {"input_args": [t(3.0)], "output": [t(40.0)]},
+               "Torch.add.0.forward": {"input_args": [t(1.0)], "output": [t(1.0)]}})
+    styles = rep.styles.tolist()
+    msgs = col(rep, "Err_message")
+    assert styles[1] == hl.RED and hl.MSG_R3_RED in msgs[1] and hl.MSG_R2 not in msgs[1]
+    # add: input identical (rel 0 < 0.01), output rel 0.2 (> 0.1) -> yellow
+    assert styles[3] == hl.YELLOW and msgs[3].endswith(hl.MSG_R3_YELLOW)
+    assert styles[0] == styles[2] == 0
+
+
+def test_yellow_order_of_magnitude_alone(tmp_path):
+    # rel errors stay below 0.1 while absolute errors grow 10x
+    rep = run(tmp_path,
+              {"Torch.mul.0.forward": {"input_args": [t(1002.0)], "output": [t(100050.0)]}},
+              {"Torch.mul.0.forward": {"input_args": [t(1000.0)], "output": [t(100000.0)]}})
+    assert rep.styles.tolist() == [0, hl.YELLOW]
+    assert col(rep, "Err_message")[1] == hl.MSG_R2
+
+
+def test_requires_grad_mismatch_and_unmatched_rows(tmp_path):
+    rep = run(tmp_path,
+              {"Torch.exp.0.forward": {"input_args": [t(1.0, rg=True)], "output": [t(2.0)]},
+               "Torch.only_in_target.0.forward": {"input_args": [t(1.0)], "output": [t(1.0)]}},
+              {"Torch.exp.0.forward": {"input_args": [t(1.0, rg=False)], "output": [t(2.0)]}})
+    msgs = col(rep, "Err_message")
+    assert col(rep, "Requires_grad Consistent") == ["False", "True", "N/A", "N/A"]
+    assert msgs[0] == "Requires_grad inconsistent. \n" + hl.MSG_R6
+    assert rep.styles.tolist() == [hl.YELLOW, 0, 0, 0]
+    assert msgs[2] == msgs[3] == "No bench data matched."
+    assert col(rep, "Result")[2:] == ["N/A", "N/A"]
+    assert col(rep, "Match") == ["exact", "exact", "unmatched", "unmatched"]
+    assert rep.matched == 2
+
+
+def test_no_highlight(tmp_path):
+    rep = run(tmp_path,
+              {"Functional.relu.0.forward": {"input_args": [t(1.0)], "output": [t(float("inf"))]}},
+              {"Functional.relu.0.forward": {"input_args": [t(1.0)], "output": [t(1.0)]}}, highlight=False)
+    assert rep.styles is None
+    assert col(rep, "Err_message") == ["", "Need double check api accuracy. "]  # no highlight text
+
+
+def test_shape_and_dtype_unmatch(tmp_path):
+    rep = run(tmp_path,
+              {"Torch.a.0.forward": {"input_args": [t(1.0, shape=(2,)), t(1.0, dtype="torch.int64")], "output": [t(1.0)]}},
+              {"Torch.a.0.forward": {"input_args": [t(1.0, shape=(3,)), t(1.0, dtype="torch.float32")], "output": [t(1.0, dtype="torch.bfloat16")]}})
+    assert col(rep, "Bench Name") == ["N/A", "N/A", "Torch.a.0.forward.output.0"]
+
+
+def test_fuzzy_matches_shifted_call_numbers(tmp_path):
+    target = {"Functional.linear.0.forward": {"input_args": [t(1.0)], "output": [t(2.0)]},
+              "Functional.linear.1.forward": {"input_args": [t(3.0)], "output": [t(4.0)]},
+              "Functional.extra.0.forward": {"input_args": [t(3.0)], "output": [t(4.0)]}}
+    golden = {"Functional.linear.5.forward": {"input_args": [t(1.0)], "output": [t(2.0)]},
+              "Functional.linear.6.forward": {"input_args": [t(3.0)], "output": [t(4.0)]}}
+    exact = run(tmp_path, target, golden)
+    assert exact.matched == 0
+    rep = run(tmp_path, target, golden, fuzzy=True)
+    assert col(rep, "Bench Name")[:4] == [
+        "Functional.linear.5.forward.input.0", "Functional.linear.5.forward.output.0",
+        "Functional.linear.6.forward.input.0", "Functional.linear.6.forward.output.0"]
+    assert col(rep, "Bench Name")[4:] == ["N/A", "N/A"]  # no row is lost
+    assert col(rep, "Match") == ["fuzzy"] * 4 + ["unmatched"] * 2
+    assert col(rep, "Max diff")[:4] == [0.0] * 4
+
+
+def test_md5_mode(tmp_path):
+    def m(v):
+        return {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [2], "md5": v, "requires_grad": False}
+    rep = run(tmp_path,
+              {"Torch.a.0.forward": {"input_args": [m("0000abcd"), {"type": "int", "value": 1}], "output": [m("11112222")]}},
+              {"Torch.a.0.forward": {"input_args": [m("0000abcd"), {"type": "int", "value": 1}], "output": [m("33334444")]}})
+    assert rep.mode == "md5"
+    assert col(rep, "NPU MD5") == ["0000abcd", "83dcefb7", "11112222"]
+    assert col(rep, "Result") == ["pass", "pass", "Different"]
+    assert rep.failing == 1 and rep.styles is None
+
+
+def test_pairs_cover_every_output_input_combination():
+    po, pi = hl._pairs(["a", "a", "a", "a", "b", "b"], ["input", "parameters", "output", "output", "input", "output"])
+    assert list(zip(po.tolist(), pi.tolist())) == [(2, 0), (2, 1), (3, 0), (3, 1), (5, 4)]
