@@ -181,3 +181,31 @@ def test_dtype_groups():
     assert dtypes_compatible("Float16", "BFloat16")
     assert not dtypes_compatible("torch.float32", "torch.int64")
     assert not dtypes_compatible("torch.float32", "Float32")
+
+
+def test_blocked_kernel_equals_whole_array_formulas():
+    rng = np.random.default_rng(0)
+    n = rng.standard_normal(3 * tm.CHUNK + 17).astype(np.float32)
+    b = (n * (1 + 1e-3 * rng.standard_normal(n.size))).astype(np.float32)
+    b[5] = 0.0
+    n[7] = b[7] = np.inf
+    cos, euc, mae, mre, one, five, msg = metrics(n, b)
+    nz, bz = n.copy(), b.copy()
+    nz[7] = bz[7] = 0
+    nf, bf = nz.astype(np.float64), bz.astype(np.float64)
+    rb = bz.copy()
+    rn = nz.copy()
+    rn[bz == 0] += tm.EPS64
+    rb[bz == 0] += tm.EPS64
+    rel = np.abs((rn - rb) / rb)
+    assert cos == round(tm.format_value(nf @ bf / np.linalg.norm(nf) / np.linalg.norm(bf)), 6)
+    assert euc == pytest.approx(np.linalg.norm(nf - bf), rel=1e-12)
+    assert mae == tm.format_value(np.max(np.abs(nf - bf)))
+    assert mre == tm.format_value(float(rel.max()))
+    assert one == tm.format_value(np.count_nonzero(rel < 0.001) / rel.size)
+    assert five == tm.format_value(np.count_nonzero(rel < 0.005) / rel.size)
+    assert msg == ""
+    # a NaN position that differs in the last block is found
+    b2 = b.copy()
+    b2[-1] = np.nan
+    assert metrics(n, b2)[6] == tm.MSG_NAN_POS

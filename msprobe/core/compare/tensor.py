@@ -7,7 +7,9 @@ GIL, so pairs overlap on all cores without pickling arrays between processes.
 
 from __future__ import annotations
 
+import math
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, List, Optional, Sequence, Tuple
 
@@ -49,87 +51,101 @@ def _all(value) -> Metrics:
     return (value,) * 6 + ("",)
 
 
-def compare_arrays(n: np.ndarray, b: np.ndarray) -> Metrics:
-    """Metrics of one NPU/bench array pair (G8 semantics; the 0-d message is written once)."""
-    msgs: List[str] = []
-    if n.size == 0:
-        return (UNSUPPORTED,) * 6 + (MSG_EMPTY,)
-    zero_d = n.shape == ()
-    if not zero_d:
-        if n.shape != b.shape:
-            return ("shape unmatched",) * 6 + (MSG_SHAPE,)
-        try:
-            n_inf, b_inf = np.isinf(n), np.isinf(b)
-            n_nan, b_nan = np.isnan(n), np.isnan(b)
-        except TypeError:
-            return ("unreadable data",) * 6 + (MSG_UNREADABLE,)
-        if n_inf.any() or b_inf.any() or n_nan.any() or b_nan.any():
-            if np.array_equal(n_inf, b_inf) and np.array_equal(n_nan, b_nan):
-                n = n.copy()
-                b = b.copy()
-                n[n_inf | n_nan] = 0
-                b[b_inf | b_nan] = 0
-            else:
-                return (NA,) * 6 + (MSG_NAN_POS,)
+CHUNK = 1 << 15  # elements per block: the float64 temporaries of a block stay in the CPU cache
+
+
+class _Workspace(threading.local):
+    """Per-thread scratch buffers for one block, so the kernel allocates nothing per block."""
+
+    def get(self, name: str, dtype, size: int) -> np.ndarray:
+        key = (name, np.dtype(dtype).str)
+        buf = self.__dict__.get(key)
+        if buf is None or buf.size < size:
+            buf = np.empty(max(size, CHUNK), dtype=dtype)
+            self.__dict__[key] = buf
+        return buf[:size]
+
+
+_ws = _Workspace()
+
+
+def _block_sums(nc: np.ndarray, bc: np.ndarray):
+    """Partial results of one block of the flattened arrays, or None when the NaN/inf positions differ.
+
+    Returns (max_abs, max_rel, below_0.001, below_0.005, d.d, n.n, b.b, n.b).  Blocks are assumed finite
+    first; a non-finite dot product sends the block through the NaN/inf handling of the reference.
+    """
+    k = nc.size
+    nf = _ws.get("nf", np.float64, k)
+    bf = _ws.get("bf", np.float64, k)
+    d = _ws.get("d", np.float64, k)
+    np.copyto(nf, nc, casting="unsafe")
+    np.copyto(bf, bc, casting="unsafe")
+    nn2 = float(np.dot(nf, nf))
+    bb2 = float(np.dot(bf, bf))
+    if not (math.isfinite(nn2) and math.isfinite(bb2)):
+        n_bad = ~np.isfinite(nc)
+        b_bad = ~np.isfinite(bc)
+        if n_bad.any() or b_bad.any():
+            if not (np.array_equal(np.isinf(nc), np.isinf(bc)) and np.array_equal(np.isnan(nc), np.isnan(bc))):
+                return None
+            nc = np.where(n_bad, nc.dtype.type(0), nc)
+            bc = np.where(b_bad, bc.dtype.type(0), bc)
+            np.copyto(nf, nc, casting="unsafe")
+            np.copyto(bf, bc, casting="unsafe")
+            nn2 = float(np.dot(nf, nf))
+            bb2 = float(np.dot(bf, bf))
+    nb = float(np.dot(nf, bf))
+    np.subtract(nf, bf, out=d)
+    dd = float(np.dot(d, d))
+    np.abs(d, out=d)
+    max_abs = d.max()
+    # relative error in the arrays' own precision (G8: only a non-float bench casts both to float64);
+    # zeros in the bench get float64 eps added on both sides
+    if bc.dtype.type not in FLOAT_DTYPES:
+        rn, rb = nf, bf
     else:
-        msgs.append(MSG_ZERO_D)
+        rn, rb = nc, bc
+    zero = np.equal(rb, 0, out=_ws.get("mask", np.bool_, k))
+    if zero.any():
+        rn = np.array(rn, copy=True)
+        rb = np.array(rb, copy=True)
+        rn[zero] += EPS64
+        rb[zero] += EPS64
+    rel = _ws.get("rel", np.result_type(rn, rb), k)
+    with np.errstate(all="ignore"):
+        np.subtract(rn, rb, out=rel)
+        np.divide(rel, rb, out=rel)
+    np.abs(rel, out=rel)
+    mask = _ws.get("mask", np.bool_, k)
+    c1 = np.count_nonzero(np.less(rel, 0.001, out=mask))
+    c5 = np.count_nonzero(np.less(rel, 0.005, out=mask))
+    return (max_abs, rel.max(), c1, c5, dd, nn2, bb2, nb)
+
+
+def _zero_d(n: np.ndarray, b: np.ndarray) -> Metrics:
+    """0-d NPU tensor: only MaxAbsErr and MaxRelativeErr (broadcast against the bench)."""
+    msgs = [MSG_ZERO_D]
     if n.dtype != b.dtype:
         msgs.append(MSG_DTYPE)
-
-    # relative error on the unflattened arrays, in their own precision (G8: only a non-float bench
-    # casts both to float64); zeros in the bench get float64 eps added on both sides.
     if b.dtype.type not in FLOAT_DTYPES:
         rn, rb = n.astype(np.float64), b.astype(np.float64)
     else:
         rn, rb = n, b
     zero = rb == 0
-    if zero.any():
+    if np.any(zero):
         rn = np.array(rn, copy=True)
         rb = np.array(rb, copy=True)
         rn[zero] += EPS64
         rb[zero] += EPS64
     with np.errstate(all="ignore"):
         rel = np.abs((rn - rb) / rb)
+        max_abs_raw = float(np.max(np.abs(n.astype(np.float64) - b.reshape(-1).astype(np.float64))))
+        max_rel_raw = float(np.max(rel))
+    return (UNSUPPORTED, UNSUPPORTED) + _max_errs(max_abs_raw, max_rel_raw, msgs) + (UNSUPPORTED, UNSUPPORTED, "".join(msgs))
 
-    nf = n.reshape(-1).astype(np.float64) if not zero_d else n.astype(np.float64)
-    bf = b.reshape(-1).astype(np.float64) if b.shape != () else b.astype(np.float64)
-    with np.errstate(all="ignore"):
-        d = nf - bf
-        max_abs_raw = float(np.max(np.abs(d)))
-        max_rel_raw = float(np.max(rel)) if rel.size else float("nan")
 
-    if zero_d:
-        cos = euc = one = five = UNSUPPORTED
-    else:
-        if nf.size == 1:
-            cos = UNSUPPORTED
-            msgs.append(MSG_LEN1)
-        else:
-            nn = float(np.sqrt(np.dot(nf, nf)))
-            bb = float(np.sqrt(np.dot(bf, bf)))
-            if nn <= EPS64 and bb <= EPS64:
-                cos = 1.0
-            elif nn <= EPS64:
-                cos = NAN_TEXT
-                msgs.append(MSG_COS_NPU_ZERO)
-            elif bb <= EPS64:
-                cos = NAN_TEXT
-                msgs.append(MSG_COS_BENCH_ZERO)
-            else:
-                c = float(np.dot(nf, bf)) / (nn * bb)
-                if c != c:
-                    cos = NAN_TEXT
-                    msgs.append(MSG_COS_NAN)
-                else:
-                    cos = format_value(c)
-                    if cos > 0.9999:
-                        cos = round(cos, 6)
-        euc = float(np.sqrt(np.dot(d, d)))
-        if rel.size:
-            one = format_value(np.count_nonzero(rel < 0.001) / rel.size)
-            five = format_value(np.count_nonzero(rel < 0.005) / rel.size)
-        else:
-            one = five = NAN_TEXT
+def _max_errs(max_abs_raw: float, max_rel_raw: float, msgs: List[str]) -> tuple:
     if max_abs_raw != max_abs_raw:
         max_abs = NAN_TEXT
         msgs.append(MSG_MAXABS_NAN)
@@ -140,6 +156,70 @@ def compare_arrays(n: np.ndarray, b: np.ndarray) -> Metrics:
         msgs.append(MSG_MAXREL_NAN)
     else:
         max_rel = format_value(max_rel_raw)
+    return max_abs, max_rel
+
+
+def compare_arrays(n: np.ndarray, b: np.ndarray) -> Metrics:
+    """Metrics of one NPU/bench array pair (G8 semantics; the 0-d message is written once).
+
+    Big arrays are processed block by block, so every pass runs over cache-resident data and no
+    full-size float64 copy is ever made; sums are accumulated per block.
+    """
+    if n.size == 0:
+        return (UNSUPPORTED,) * 6 + (MSG_EMPTY,)
+    if n.shape == ():
+        return _zero_d(n, b)
+    if n.shape != b.shape:
+        return ("shape unmatched",) * 6 + (MSG_SHAPE,)
+    if n.dtype.kind not in "biufc" or b.dtype.kind not in "biufc":
+        return ("unreadable data",) * 6 + (MSG_UNREADABLE,)
+    msgs: List[str] = []
+    if n.dtype != b.dtype:
+        msgs.append(MSG_DTYPE)
+    nflat = n.reshape(-1)
+    bflat = b.reshape(-1)
+    size = nflat.size
+    parts = []
+    for start in range(0, size, CHUNK):
+        part = _block_sums(nflat[start:start + CHUNK], bflat[start:start + CHUNK])
+        if part is None:
+            return (NA,) * 6 + (MSG_NAN_POS,)
+        parts.append(part)
+    if len(parts) == 1:
+        max_abs_raw, max_rel_raw, c1, c5, dd, nn2, bb2, nb = parts[0]
+    else:
+        cols = list(zip(*parts))
+        max_abs_raw = np.max(cols[0])
+        max_rel_raw = np.max(cols[1])
+        c1, c5 = sum(cols[2]), sum(cols[3])
+        dd, nn2, bb2, nb = (math.fsum(c) for c in cols[4:])
+    if size == 1:
+        cos = UNSUPPORTED
+        msgs.append(MSG_LEN1)
+    else:
+        nn = math.sqrt(nn2)
+        bb = math.sqrt(bb2)
+        if nn <= EPS64 and bb <= EPS64:
+            cos = 1.0
+        elif nn <= EPS64:
+            cos = NAN_TEXT
+            msgs.append(MSG_COS_NPU_ZERO)
+        elif bb <= EPS64:
+            cos = NAN_TEXT
+            msgs.append(MSG_COS_BENCH_ZERO)
+        else:
+            c = nb / (nn * bb)
+            if c != c:
+                cos = NAN_TEXT
+                msgs.append(MSG_COS_NAN)
+            else:
+                cos = format_value(c)
+                if cos > 0.9999:
+                    cos = round(cos, 6)
+    euc = math.sqrt(dd)
+    one = format_value(c1 / size)
+    five = format_value(c5 / size)
+    max_abs, max_rel = _max_errs(float(max_abs_raw), float(max_rel_raw), msgs)
     # the reference concatenates messages without separators (each ends with '.' or '. ')
     return (cos, euc, max_abs, max_rel, one, five, "".join(msgs))
 
