@@ -90,6 +90,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt:
         print("msprobe: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # stdout was closed early (e.g. piped into `head`): the work is done, stop printing quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     except Exception as exc:  # noqa: BLE001 - last line of defence: no traceback for users
         if os.environ.get("MSPROBE_DEBUG"):
             raise
