@@ -209,3 +209,28 @@ def test_mindspore_pynative_dump_matches_reference_rows():
             if o[c] == "None" and r[c] == "N/A":
                 continue  # a null output: 8.x writes None, 26.x N/A
             assert str(o[c]) == r[c] or float(o[c]) == float(r[c]), (o[0], h, o[c], r[c])
+
+
+@pytest.mark.parametrize("case_dir", _cases("v833_compare_file"))
+def test_written_xlsx_and_csv_hold_the_report(case_dir, tmp_path):
+    """End to end through the writers: the .xlsx (values, colours) and the .csv hold exactly the report,
+    so the comparison with the reference above also holds for the files users open."""
+    import csv
+
+    from msprobe.core.compare.runner import write_report
+
+    rep = run_ours(case_dir)
+    path = write_report(rep, str(tmp_path / "r.xlsx"), "xlsx")
+    header, values, fills = read_reference(path)
+    assert header == rep.header
+    ours_rows = list(zip(*rep.columns))
+    assert len(values) == len(ours_rows)
+    styles = rep.styles.tolist() if rep.styles is not None else [0] * len(values)
+    for r, (o, v) in enumerate(zip(ours_rows, values)):
+        assert [norm(x) for x in o] == [norm(x) for x in v], r
+        assert {0: None, 1: RED, 2: YELLOW}[styles[r]] == fills[r]
+    cpath = write_report(rep, str(tmp_path / "r.csv"), "csv")
+    rows = list(csv.reader(open(cpath, newline="", encoding="utf-8")))
+    assert rows[0] == rep.header and len(rows) == len(ours_rows) + 1
+    for o, c in zip(ours_rows, rows[1:]):
+        assert [("" if x is None else str(x)) for x in o] == c
