@@ -48,8 +48,10 @@ Cells
   U+FFFE, U+FFFF) are replaced by the ``_xHHHH_`` escape Excel uses, e.g.
   ``"\\x01"`` -> ``"_x0001_"`` (Excel shows the original character again;
   openpyxl shows the escape).  Literal ``_xHHHH_`` text is not escaped, so
-  Excel (not openpyxl) would decode it.  Text with leading/trailing
-  whitespace, tabs or line breaks gets ``xml:space="preserve"``.  Strings
+  Excel (not openpyxl) would decode it.  A carriage return is written as the
+  character reference ``&#13;`` (a literal one would be turned into a line
+  feed by XML end-of-line handling).  Text with leading/trailing whitespace,
+  tabs or line breaks gets ``xml:space="preserve"``.  Strings
   longer than Excel's limit of 32,767 characters are truncated to it.  A
   string starting with ``=`` is plain text, never a formula.
 * Other objects in object columns (``Decimal``, dates, ...) are written as
@@ -62,10 +64,14 @@ Rows are processed in chunks; every cell of a chunk column becomes one row of
 a fixed-width ``uint8`` matrix padded with NUL bytes (NUL cannot occur in XML,
 so it is free to use as padding), the column matrices are laid side by side
 and the NUL bytes are dropped in one numpy pass, giving the chunk's XML.
-Strings longer than a few hundred bytes bypass the matrix and are spliced in
-afterwards.  The chunk bytes are deflated (``compresslevel=1``) by a
-background thread, which overlaps with building the next chunk because zlib
-releases the GIL.  Memory stays bounded by the chunk size.
+Numbers are rendered four digits at a time from lookup tables of ASCII quads.
+The fill attribute of styled rows is a one-byte marker expanded afterwards,
+and strings longer than a few hundred bytes bypass the matrix and are
+spliced in afterwards (both markers are control characters, which never
+occur unescaped in cell text).  The chunk bytes are deflated
+(``compresslevel=1``) by a background thread, which overlaps with building
+the next chunk because zlib releases the GIL.  Memory stays bounded by the
+chunk size.
 """
 
 from __future__ import annotations
@@ -84,8 +90,9 @@ import numpy as np
 
 __all__ = ["write_xlsx"]
 
-#: Rows per chunk of sheet XML built at once.
-CHUNK_ROWS = 8192
+#: Rows per chunk of sheet XML built at once (4096 keeps numpy temporaries
+#: small enough to be recycled by malloc and to stay in cache; measured best).
+CHUNK_ROWS = 4096
 #: Strings whose escaped UTF-8 form is longer than this many bytes skip the
 #: fixed-width matrix (one very long message must not widen a whole chunk).
 LONG_CELL_BYTES = 256
@@ -116,25 +123,53 @@ def _const(s: bytes) -> np.ndarray:
     return np.frombuffer(s, _U8)
 
 
-_PAIR_DIGITS = np.array([[48 + i // 10, 48 + i % 10] for i in range(100)], dtype=_U8)
 _POW10 = np.array([10**i for i in range(20)], dtype=np.uint64)
+_U10K = np.uint64(10000)
 
 
-def _digits(v: np.ndarray, width: int) -> np.ndarray:
-    """ASCII digits of the uint64 array ``v``, right aligned, zero padded."""
-    out = np.empty((len(v), width), _U8)
-    j = width
+def _quad_table(fmt) -> np.ndarray:
+    """10,000 ASCII quads as uint32 (one per value 0..9999)."""
+    raw = np.array([[ord(c) for c in fmt(f"{i:04d}")] for i in range(10000)], dtype=_U8)
+    return raw.view(np.uint32).ravel()
+
+
+# Index i in [0, 10000): the four digits of i.  Index 10000 + i: the digits of
+# i with the leading zeros (_QUAD_LEAD, for the most significant quad of an
+# integer) or the trailing zeros (_QUAD_TRAIL, for the last non-zero quad of a
+# fraction) replaced by NUL.
+_QUAD_LEAD = np.concatenate([_quad_table(lambda d: d), _quad_table(lambda d: d.lstrip("0").rjust(4, "\0"))])
+_QUAD_TRAIL = np.concatenate([_quad_table(lambda d: d), _quad_table(lambda d: d.rstrip("0").ljust(4, "\0"))])
+
+
+def _render_int(v: np.ndarray, out: np.ndarray) -> None:
+    """Right-aligned digits of the uint64 array ``v`` into ``out`` (n, quads)
+    of uint32 quads; leading zeros are NUL, zero is rendered as ``0``."""
+    j = out.shape[1]
+    zero = v == 0
     while j > 0:
+        j -= 1
+        hi = v // _U10K
+        out[:, j] = _QUAD_LEAD[(v - hi * _U10K) + _U10K * (hi == 0)]
+        v = hi
         if not v.any():
-            out[:, :j] = 48
+            out[:, :j] = 0
             break
-        if j == 1:
-            out[:, 0] = 48 + (v % np.uint64(10)).astype(_U8)
-            break
-        v, r = np.divmod(v, np.uint64(100))
-        out[:, j - 2:j] = _PAIR_DIGITS[r]
-        j -= 2
-    return out
+    if zero.any():
+        out[zero, -1] = 48 << 24  # NUL NUL NUL "0"
+
+
+def _render_frac(v: np.ndarray, out: np.ndarray) -> None:
+    """``'.'`` and the 19 left-aligned fraction digits ``v`` (< 10**19) into
+    ``out`` (n, 5) uint32 quads; trailing zeros are NUL, ``0`` gives ``.0``."""
+    seen = np.zeros(len(v), bool)
+    for j in range(4, -1, -1):
+        hi = v // _U10K
+        r = v - hi * _U10K
+        out[:, j] = _QUAD_TRAIL[r + _U10K * ~seen]
+        seen |= r != 0
+        v = hi
+    # the first of the 20 digits is always 0: it becomes the decimal point
+    out[:, 0] = np.where(seen, (out[:, 0] & 0xFFFFFF00) | 46, 46 | (48 << 8))
 
 
 def _num_digits(v: np.ndarray) -> np.ndarray:
@@ -142,11 +177,8 @@ def _num_digits(v: np.ndarray) -> np.ndarray:
     return np.maximum(np.searchsorted(_POW10, v, side="right"), 1)
 
 
-def _right_aligned(v: np.ndarray, width: int) -> np.ndarray:
-    """Digits of ``v`` right aligned in ``width`` columns, leading zeros NUL."""
-    out = _digits(v, width)
-    out[np.arange(width) < (width - _num_digits(v))[:, None]] = 0
-    return out
+def _quads(s: bytes, nquads: int) -> np.ndarray:
+    return np.frombuffer(s.ljust(4 * nquads, b"\0"), np.uint32)
 
 
 def _col_letters(index: int) -> str:
@@ -177,6 +209,8 @@ def _escape_text(s: str) -> str:
         s = s.replace("<", "&lt;")
     if ">" in s:
         s = s.replace(">", "&gt;")
+    if "\r" in s:  # a literal CR would be normalised away by XML parsers
+        s = s.replace("\r", "&#13;")
     if not s.isascii() or not s.isprintable():
         bad = _ILLEGAL_CODEPOINTS
         if any(ord(ch) in bad for ch in s):
@@ -204,7 +238,7 @@ class _Cells(NamedTuple):
     longs: list  # [(row, body bytes)] of cells that bypass the matrix
 
 
-_LONG_MARK = 2  # byte standing in for a long cell (control chars are escaped)
+_LONG_MARK = 2  # byte standing in for a long cell (control chars in text are escaped)
 
 _EMPTY_BODY = b"/>"
 _STR_OPEN = (b' t="inlineStr"><is><t>', b' t="inlineStr"><is><t xml:space="preserve">')
@@ -214,15 +248,22 @@ _BOOL_TABLE = _table([b' t="b"><v>0</v></c>', b' t="b"><v>1</v></c>'])
 _INF_TABLE = _table([_STR_OPEN[0] + b"inf" + _STR_CLOSE, _STR_OPEN[0] + b"-inf" + _STR_CLOSE])
 _V_OPEN = b"><v>"
 _V_CLOSE = b"</v></c>"
+_Q_V_OPEN = _quads(_V_OPEN, 1)[0]
+_Q_V_CLOSE = _quads(_V_CLOSE, 2)
 
 # plain notation for 10**_FIX_EMIN <= |x| < 10**(_FIX_EMAX + 1), like repr()
 _FIX_EMIN, _FIX_EMAX = -4, 15
-_INT_WIDTH = 16  # integer-part digits (|x| < 1e16 in plain notation)
-_FRAC_WIDTH = 19  # fraction digits
+_FRAC_DIGITS = 19
 _EXP_MIN, _EXP_MAX = -400, 400
-_EXP_SUFFIX = _table([b"E%d" % e + _V_CLOSE for e in range(_EXP_MIN, _EXP_MAX + 1)] + [_V_CLOSE])
-_PLAIN_SUFFIX = len(_EXP_SUFFIX) - 1
+_Q_SUFFIX = np.stack([_quads(b"E%d" % e + _V_CLOSE, 4) for e in range(_EXP_MIN, _EXP_MAX + 1)]
+                     + [_quads(_V_CLOSE, 4)])
+_PLAIN_SUFFIX = len(_Q_SUFFIX) - 1
 _REPR_WIDTH = 32
+# Number bodies are laid out in uint32 quads.  Floats: "><v>" | sign (only if
+# the batch has negatives) | integer digits (as many quads as the batch needs)
+# | "." + 19 fraction digits | "</v></c>", or exponent + "</v></c>" if the
+# batch has values in scientific notation.  Integers: "><v>" | sign |
+# 16 digits | "</v></c>".
 
 
 def _empty_cells(n: int, styled: np.ndarray | None) -> _Cells:
@@ -249,7 +290,7 @@ def _merge(n: int, parts: list[tuple[np.ndarray, _Cells]]) -> _Cells:
 # --- numbers -----------------------------------------------------------------
 
 _SPLIT = 134217729.0  # 2**27 + 1, Dekker splitter
-_K_MIN, _K_MAX = -300, 330  # range of the power-of-ten table
+_K_MIN, _K_MAX = -280, 300  # range of the power-of-ten table (covers |x| in [_FAST_MIN, _FAST_MAX])
 _FAST_MIN, _FAST_MAX = 1e-280, 1e280  # |x| range handled by the vectorised path
 
 
@@ -268,103 +309,134 @@ def _pow10_dd() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _shortest_decimal(ax: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Decimal significand/exponent of positive finite floats.
+    """Decimal significand/exponent of non-negative finite floats.
 
-    Returns ``(D, q, ok)`` with ``x == float(D * 10**q)`` exactly wherever ``ok``;
-    ``D`` has no trailing zeros and at most 17 significant digits.
+    Returns ``(D, q, ok)``: wherever ``ok``, ``float(D * 10**q)`` is exactly the
+    input, ``D`` (uint64) has no trailing zeros and is the shortest of the 15,
+    16 and 17 significant-digit correctly rounded candidates that reads back
+    exactly.  Zero gives ``D = 0, q = 0`` with ``ok`` False.
     """
     n = len(ax)
-    D = np.zeros(n, np.uint64)
+    D = np.zeros(n, np.int64)
     q = np.zeros(n, np.int64)
     ok = np.zeros(n, bool)
-    todo = np.flatnonzero((ax >= _FAST_MIN) & (ax <= _FAST_MAX))
-    if not len(todo):
-        return D, q, ok
+    inside = (ax >= _FAST_MIN) & (ax <= _FAST_MAX)
+    full = bool(inside.all())
+    todo = None if full else np.flatnonzero(inside)
+    a = ax if full else ax[todo]
+    if not len(a):
+        return D.view(np.uint64), q, ok
     hi, lo, hi_hi, hi_lo = _pow10_dd()
     with np.errstate(all="ignore"):
-        a_all = ax[todo]
-        e10_all = np.floor(np.log10(a_all)).astype(np.int64)
-        half_all = 0.5 * np.spacing(a_all)
-        pow2_all = np.frexp(a_all)[0] == 0.5
-        sub = np.arange(len(todo))
-        for prec in (15, 16, 17):
-            a = a_all[sub]
-            k = (prec - 1) - e10_all[sub]
-            ki = k - _K_MIN
-            bh, bl, bhh, bhl = hi[ki], lo[ki], hi_hi[ki], hi_lo[ki]
-            # y = a * 10**k as double-double: ph + pl
-            ph = a * bh
-            c = _SPLIT * a
-            ah = c - (c - a)
-            al = a - ah
-            pl = (((ah * bhh - ph) + ah * bhl + al * bhh) + al * bhl) + a * bl
-            fl = np.floor(ph)
-            frac = (ph - fl) + pl
-            rnd = np.rint(frac)
-            r = frac - rnd  # y - candidate
-            h = half_all[sub] * bh  # half an ulp of x, scaled by 10**k
-            h = np.where((r > 0) & pow2_all[sub], 0.5 * h, h)  # finer spacing below 2**n
-            good = np.abs(r) < h * (1.0 - 1e-9) - 1e-9
-            if good.any():
-                g = todo[sub[good]]
-                D[g] = (fl[good].astype(np.int64) + rnd[good].astype(np.int64)).astype(np.uint64)
-                q[g] = -k[good]
-                ok[g] = True
-                sub = sub[~good]
-                if not len(sub):
-                    break
+        # y = a * 10**k (about 17 significant digits) as double-double ph + pl
+        k = 16 - np.floor(np.log10(a)).astype(np.int64)
+        ki = k - _K_MIN
+        bh = hi[ki]
+        ph = a * bh
+        c = _SPLIT * a
+        ah = c - (c - a)
+        al = a - ah
+        bhh = hi_hi[ki]
+        bhl = hi_lo[ki]
+        pl = (((ah * bhh - ph) + ah * bhl + al * bhh) + al * bhl) + a * lo[ki]
+        fl = np.floor(ph)
+        frac = (ph - fl) + pl
+        rnd = np.rint(frac)
+        r17 = frac - rnd  # y - D17, accurate to ~1e-13
+        d17 = fl.astype(np.int64) + rnd.astype(np.int64)
+        # half the gap to the neighbouring floats, scaled by 10**k; the gap
+        # below a power of two is half the gap above it
+        h_up = 0.5 * np.spacing(a) * bh
+        pow2 = (a.view(np.uint64) & np.uint64((1 << 52) - 1)) == 0
+        h_dn = np.where(pow2, 0.5 * h_up, h_up)
+        # a candidate reads back as ``a`` iff |y - candidate| < half a gap;
+        # the margins make near-ties fail (they then go to repr)
+        good = np.abs(r17) < np.where(r17 > 0, h_dn, h_up) * (1.0 - 1e-9) - 1e-9
+        # 16 and 15 digits, derived exactly from D17 and its residual
+        b10 = d17 // 10
+        b100 = b10 // 10
+        t16 = ((d17 - b10 * 10) + r17) * 0.1
+        t15 = ((d17 - b100 * 100) + r17) * 0.01
+        u16 = np.rint(t16)
+        u15 = np.rint(t15)
+        t16 -= u16
+        t15 -= u15
+        g16 = np.abs(t16) < np.where(t16 > 0, h_dn, h_up) * ((1.0 - 1e-9) / 10) - 1e-9
+        g15 = np.abs(t15) < np.where(t15 > 0, h_dn, h_up) * ((1.0 - 1e-9) / 100) - 1e-9
+        dc = np.where(g15, b100 + u15.astype(np.int64), np.where(g16, b10 + u16.astype(np.int64), d17))
+        qc = np.where(g15, 2, g16.view(np.int8)) - k
+        good |= g16 | g15
+    if full:
+        D, q, ok = dc, qc, good
+    else:
+        D[todo] = dc
+        q[todo] = qc
+        ok[todo] = good
     # strip trailing zeros (at most 31, binary decomposition)
-    for s in (16, 8, 4, 2, 1):
-        p = np.uint64(10**s)
-        m = (D % p == 0) & (D != 0)
-        if m.any():
-            D[m] //= p
-            q[m] += s
-    return D, q, ok
+    t = np.flatnonzero((D % 10 == 0) & (D != 0))
+    if len(t):
+        dt, qt = D[t], q[t]
+        for s in (16, 8, 4, 2, 1):
+            p = 10**s
+            m = dt % p == 0
+            if m.any():
+                dt[m] //= p
+                qt[m] += s
+        D[t] = dt
+        q[t] = qt
+    return D.view(np.uint64), q, ok
 
 
 def _decimal_body(D: np.ndarray, q: np.ndarray, neg: np.ndarray, as_float: bool) -> np.ndarray:
-    """Bodies ``><v>TEXT</v></c>`` for the values ``(-1)**neg * D * 10**q``."""
+    """Bodies ``><v>TEXT</v></c>`` for the values ``(-1)**neg * D * 10**q``
+    (``D`` uint64; for ``as_float=False`` ``q`` is ignored and ``D < 1e16``)."""
     n = len(D)
-    if as_float:
-        nd = _num_digits(D)
-        E = q + nd - 1  # scientific exponent
-        plain = (E >= _FIX_EMIN) & (E <= _FIX_EMAX) & (q >= -_FRAC_WIDTH)
-        fl = np.where(plain, np.maximum(-q, 0), nd - 1)  # fraction digits
-        p10 = _POW10[fl]
-        ipart = D // p10
-        fpart = D - ipart * p10
-        lift = plain & (q > 0)
-        if lift.any():
-            ipart[lift] *= _POW10[q[lift]]
-        fdig = _digits(fpart * _POW10[_FRAC_WIDTH - fl], _FRAC_WIDTH)
-        fdig[np.arange(_FRAC_WIDTH) >= np.maximum(fl, 1)[:, None]] = 0
-        suffix = _EXP_SUFFIX[np.where(plain, _PLAIN_SUFFIX, np.clip(E, _EXP_MIN, _EXP_MAX) - _EXP_MIN)]
-        parts_w = 4 + 1 + _INT_WIDTH + 1 + _FRAC_WIDTH
-        body = np.empty((n, max(parts_w + suffix.shape[1], 4 + _REPR_WIDTH + len(_V_CLOSE))), _U8)
-        body[:, parts_w - _FRAC_WIDTH - 1] = 46  # '.'
-        body[:, parts_w - _FRAC_WIDTH:parts_w] = fdig
-        body[:, parts_w:parts_w + suffix.shape[1]] = suffix
-        body[:, parts_w + suffix.shape[1]:] = 0
-    else:
-        ipart = D
-        parts_w = 4 + 1 + _INT_WIDTH
-        body = np.empty((n, parts_w + len(_V_CLOSE)), _U8)
-        body[:, parts_w:] = _const(_V_CLOSE)
-    body[:, 0:4] = _const(_V_OPEN)
-    body[:, 4] = np.where(neg, 45, 0)
-    body[:, 5:5 + _INT_WIDTH] = _right_aligned(ipart, _INT_WIDTH)
-    return body
+    sign = neg.astype(np.uint32) * 45
+    if not as_float:
+        body = np.empty((n, 8), np.uint32)
+        body[:, 0] = _Q_V_OPEN
+        body[:, 1] = sign
+        _render_int(D, body[:, 2:6])
+        body[:, 6:8] = _Q_V_CLOSE
+        return body.view(_U8)
+    nd = _num_digits(D)
+    E = q + nd - 1  # scientific exponent
+    plain = (E >= _FIX_EMIN) & (E <= _FIX_EMAX) & (q >= -_FRAC_DIGITS)
+    fl = np.where(plain, np.maximum(-q, 0), nd - 1)  # number of fraction digits
+    p10 = _POW10[fl]
+    ipart = D // p10
+    fpart = D - ipart * p10
+    lift = plain & (q > 0)
+    if lift.any():
+        ipart[lift] *= _POW10[q[lift]]
+    # only as many quads as this batch needs (NUL padding costs time later)
+    has_sign = bool(neg.any())
+    iq = (int(_num_digits(ipart.max(keepdims=True))[0]) + 3) // 4 if n else 1
+    sci = np.flatnonzero(~plain)
+    sq = 4 if len(sci) else 2
+    c_int = 1 + has_sign
+    c_frac = c_int + iq
+    c_suf = c_frac + 5
+    body = np.empty((n, c_suf + sq), np.uint32)
+    body[:, 0] = _Q_V_OPEN
+    if has_sign:
+        body[:, 1] = sign
+    _render_int(ipart, body[:, c_int:c_frac])
+    _render_frac(fpart * _POW10[_FRAC_DIGITS - fl], body[:, c_frac:c_suf])
+    body[:, c_suf:] = 0
+    body[:, c_suf:c_suf + 2] = _Q_V_CLOSE
+    if len(sci):
+        body[sci, c_suf:c_suf + 4] = _Q_SUFFIX[np.clip(E[sci], _EXP_MIN, _EXP_MAX) - _EXP_MIN]
+    return body.view(_U8)
 
 
-def _repr_body(values: list[float]) -> np.ndarray:
+def _repr_body(values: list[float], width: int) -> np.ndarray:
     text = np.array([repr(v).encode() for v in values], dtype=f"S{_REPR_WIDTH}").view(_U8)
-    text = text.reshape(len(values), _REPR_WIDTH)
-    body = np.zeros((len(values), 4 + _REPR_WIDTH + len(_V_CLOSE)), _U8)
+    body = np.zeros((len(values), width), _U8)
     body[:, :4] = _const(_V_OPEN)
-    body[:, 4:4 + _REPR_WIDTH] = text
-    # move </v></c> right after the text: the NULs in between are dropped later
-    body[:, 4 + _REPR_WIDTH:] = _const(_V_CLOSE)
+    body[:, 4:4 + _REPR_WIDTH] = text.reshape(len(values), _REPR_WIDTH)
+    # </v></c> after the text: the NULs in between are dropped later
+    body[:, 4 + _REPR_WIDTH:4 + _REPR_WIDTH + len(_V_CLOSE)] = _const(_V_CLOSE)
     return body
 
 
@@ -372,14 +444,13 @@ def _finite_float_body(x: np.ndarray) -> np.ndarray:
     neg = np.signbit(x)
     ax = np.abs(x)
     D, q, ok = _shortest_decimal(ax)
-    zero = ax == 0
-    ok |= zero
     body = _decimal_body(D, q, neg, as_float=True)
-    if not ok.all():
-        bad = np.flatnonzero(~ok)
-        rb = _repr_body(x[bad].tolist())
-        body[bad] = 0
-        body[bad, :rb.shape[1]] = rb
+    bad = np.flatnonzero(~(ok | (ax == 0)))
+    if len(bad):
+        width = 4 + _REPR_WIDTH + len(_V_CLOSE)
+        if body.shape[1] < width:
+            body = np.concatenate([body, np.zeros((len(body), width - body.shape[1]), _U8)], axis=1)
+        body[bad] = _repr_body(x[bad].tolist(), body.shape[1])
     return body
 
 
@@ -431,73 +502,91 @@ def _bool_cells(b: np.ndarray) -> _Cells:
 # --- strings -----------------------------------------------------------------
 
 
-def _escaped_utf8(strs: list[str]) -> bytes:
-    """UTF-8 of the escaped strings joined with NUL; fast path for clean text."""
+_WS = np.zeros(256, bool)
+_WS[[9, 10, 13, 32]] = True
+_ALLOWED_CTRL = np.zeros(32, bool)
+_ALLOWED_CTRL[[0, 9, 10, 13]] = True
+
+
+def _escaped_utf8(strs: list[str]) -> tuple[bytes, bool]:
+    """UTF-8 of the escaped strings joined with NUL, and whether no string
+    needed escaping (then ``strs`` itself is the escaped text)."""
     n = len(strs)
     joined = "\x00".join(strs)
-    if joined.count("\x00") == n - 1:
-        if "&" in joined:
-            joined = joined.replace("&", "&amp;")
-        if "<" in joined:
-            joined = joined.replace("<", "&lt;")
-        if ">" in joined:
-            joined = joined.replace(">", "&gt;")
-        try:
-            data = joined.encode("utf-8")
-        except UnicodeEncodeError:  # lone surrogates
-            data = None
-        if data is not None and (data.isascii() or ("\ufffe" not in joined and "\uffff" not in joined)):
-            arr = np.frombuffer(data, _U8)
-            ctrl = int(np.count_nonzero(arr < 32))
-            if ctrl == n - 1 + data.count(b"\t") + data.count(b"\n") + data.count(b"\r"):
-                if len(data) <= EXCEL_MAX_CHARS or max(map(len, strs)) <= EXCEL_MAX_CHARS:
-                    return data
-    return "\x00".join([_escape_text(s) for s in strs]).encode("utf-8")
+    clean = True
+    if "&" in joined:
+        joined = joined.replace("&", "&amp;")
+        clean = False
+    if "<" in joined:
+        joined = joined.replace("<", "&lt;")
+        clean = False
+    if ">" in joined:
+        joined = joined.replace(">", "&gt;")
+        clean = False
+    if "\r" in joined:
+        joined = joined.replace("\r", "&#13;")
+        clean = False
+    try:
+        data = joined.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates
+        data = None
+    if data is not None and (data.isascii() or ("\ufffe" not in joined and "\uffff" not in joined)):
+        arr = np.frombuffer(data, _U8)
+        low = arr < 32
+        nlow = int(np.count_nonzero(low))
+        if nlow == n - 1 or (_ALLOWED_CTRL[arr[low]].all() and data.count(b"\0") == n - 1):
+            return data, clean
+    return "\x00".join([_escape_text(s) for s in strs]).encode("utf-8"), False
 
 
 def _str_cells(strs: list[str]) -> _Cells:
-    """Inline-string cells for a list of ``str``."""
+    """Inline-string cells for a non-empty list of ``str``."""
     n = len(strs)
-    data = _escaped_utf8(strs)
+    data, clean = _escaped_utf8(strs)
     arr = np.frombuffer(data, _U8)
-    sep = np.flatnonzero(arr == 0)
-    ends = np.append(sep, len(arr))
     starts = np.empty(n, np.int64)
     starts[0] = 0
-    starts[1:] = sep + 1
+    starts[1:] = np.flatnonzero(arr == 0) + 1
+    ends = np.empty(n, np.int64)
+    ends[:-1] = starts[1:] - 1
+    ends[-1] = len(arr)
     lens = ends - starts
-    content = arr[arr != 0] if len(sep) else arr
     longs: list = []
     is_long = lens > LONG_CELL_BYTES
     if is_long.any():
+        if clean and (lens > EXCEL_MAX_CHARS).any():  # may need truncation
+            return _str_cells([_escape_text(s) for s in strs])
         for i in np.flatnonzero(is_long).tolist():
             text = data[starts[i]:ends[i]]
-            pres = _needs_preserve(text.decode("utf-8"))
-            longs.append((i, _STR_OPEN[pres] + text + _STR_CLOSE))
-        content = content[~np.repeat(is_long, lens)]
+            longs.append((i, _STR_OPEN[_needs_preserve(text.decode("utf-8"))] + text + _STR_CLOSE))
         lens = np.where(is_long, 0, lens)
-    width = int(lens.max()) if n else 0
-    p = _STR_OPEN_TABLE.shape[1]
-    body = np.zeros((n, p + width + len(_STR_CLOSE)), _U8)
-    text = body[:, p:p + width]
-    if width:
-        text[np.arange(width) < lens[:, None]] = content
+        clean = False
+    width = max(int(lens.max()), 1)
+    if clean and data.isascii():
+        text = np.array(strs, dtype=f"S{width}").view(_U8).reshape(n, width)
+    else:
+        padded = np.zeros(len(arr) + width, _U8)
+        padded[:len(arr)] = arr
+        text = np.lib.stride_tricks.sliding_window_view(padded, width)[starts]
+        text *= np.arange(width) < lens[:, None]
     # xml:space="preserve" for leading/trailing whitespace, tabs and newlines
-    pres = np.zeros(n, bool)
-    if n and (b" " in data or b"\t" in data or b"\n" in data or b"\r" in data):
-        nz = lens > 0
-        first = text[:, 0] if width else np.zeros(n, _U8)
-        last = text[np.arange(n), np.maximum(lens - 1, 0)] if width else first
-        ws = np.zeros(256, bool)
-        ws[[32, 9, 10, 13]] = True
-        pres = nz & (ws[first] | ws[last])
-        if b"\t" in data or b"\n" in data or b"\r" in data:
-            pres |= ((text == 9) | (text == 10) | (text == 13)).any(axis=1)
-    body[:, :p] = _STR_OPEN_TABLE[pres.astype(np.intp)]
-    rows = np.arange(n)
-    close = p + lens  # closing tag right after the text (NULs in between are dropped)
-    cw = len(_STR_CLOSE)
-    body[rows[:, None], close[:, None] + np.arange(cw)] = _const(_STR_CLOSE)
+    pres = None
+    has_ctrl_ws = b"\t" in data or b"\n" in data
+    if b"&#13;" in data:  # carriage returns (written as character references)
+        pres = np.fromiter(("\r" in s for s in strs), bool, n)
+    if has_ctrl_ws or b" " in data:
+        edge = (lens > 0) & (_WS[text[:, 0]] | _WS[text[np.arange(n), np.maximum(lens - 1, 0)]])
+        pres = edge if pres is None else pres | edge
+        if has_ctrl_ws:
+            pres |= ((text == 9) | (text == 10)).any(axis=1)
+    if pres is not None and not pres.any():
+        pres = None
+    opening = _const(_STR_OPEN[0]) if pres is None else _STR_OPEN_TABLE[pres.astype(np.intp)]
+    p = opening.shape[-1]
+    body = np.empty((n, p + width + len(_STR_CLOSE)), _U8)
+    body[:, :p] = opening
+    body[:, p:p + width] = text
+    body[:, p + width:] = _const(_STR_CLOSE)  # the NULs between text and tag are dropped
     if longs:
         li = np.fromiter((i for i, _ in longs), np.intp, len(longs))
         body[li] = 0
@@ -537,8 +626,7 @@ def _object_cells(values: list, styled: np.ndarray | None) -> _Cells:
     kinds = np.unique(codes) if n else np.array([], np.int8)
     if len(kinds) == 1:
         return _typed_cells(int(kinds[0]), values, styled)
-    obj = np.empty(n, dtype=object)
-    obj[:] = values
+    obj = np.fromiter(values, dtype=object, count=n)  # never broadcasts sequence values
     parts = []
     for kind in kinds.tolist():
         idx = np.flatnonzero(codes == kind)
@@ -553,7 +641,7 @@ def _typed_cells(kind: int, values: list, styled: np.ndarray | None) -> _Cells:
     if kind == _FLOAT:
         return _float_cells(np.array(values, dtype=np.float64), styled)
     if kind == _INT:
-        return _int_list_cells([int(v) for v in values] if type(values[0]) is not int else values, styled)
+        return _int_list_cells(values, styled)
     if kind == _BOOL:
         return _bool_cells(np.array(values, dtype=bool))
     if kind == _NONE:
@@ -582,8 +670,12 @@ def _column_cells(col: Any, styled: np.ndarray | None) -> _Cells:
 # sheet XML
 # ----------------------------------------------------------------------------
 
-_STYLE_ATTR = _table([b"", b' s="1"', b' s="2"'])
-_ROW_DIGITS = 7  # Excel rows <= 1,048,576
+# Cell start by row style; the fill attribute is a one-byte marker expanded
+# after the NUL bytes are dropped (keeps the matrix narrow); last: absent cell.
+_STYLE_MARKS = {1: (b"\x03", b' s="1"'), 2: (b"\x04", b' s="2"')}
+_LEAD = _table([b"<c", b"<c\x03", b"<c\x04", b""])
+_ABSENT = 3
+_ROW_DIGITS = 8  # two quads; Excel rows <= 1,048,576
 _ROW_OPEN = b'<row r="'
 _ROW_CLOSE = b"</row>"
 
@@ -598,22 +690,27 @@ class _ChunkBuilder:
         if n == 0:
             return b""
         styled = None if styles is None or not styles.any() else styles != 0
-        rownum = _right_aligned(np.arange(first_row, first_row + n, dtype=np.uint64), _ROW_DIGITS)
+        rownum = np.empty((n, 2), np.uint32)
+        _render_int(np.arange(first_row, first_row + n, dtype=np.uint64), rownum)
+        rownum = rownum.view(_U8)
         pieces = [np.broadcast_to(_const(_ROW_OPEN), (n, len(_ROW_OPEN))), rownum,
                   np.broadcast_to(_const(b'">'), (n, 2))]
-        style_attr = None if styled is None else _STYLE_ATTR[styles.astype(np.intp)]
+        # "<c" plus the fill attribute of every row; absent cells get NULs
+        if styled is None:
+            lead_all = np.broadcast_to(_LEAD[0], (n, _LEAD.shape[1]))
+            lead_codes = np.zeros(n, np.intp)
+        else:
+            lead_codes = styles.astype(np.intp)
+            lead_all = _LEAD[lead_codes]
         longs: list = []
         prev_present = None
         for j, col in enumerate(columns):
             cells = _column_cells(col, styled)
             present = cells.present
-            allp = bool(present.all())
-            if allp:
-                pieces.append(np.broadcast_to(_const(b"<c"), (n, 2)))
+            if present.all():
+                pieces.append(lead_all)
             else:
-                lead = np.zeros((n, 2), _U8)
-                lead[present] = _const(b"<c")
-                pieces.append(lead)
+                pieces.append(_LEAD[np.where(present, lead_codes, _ABSENT)])
             if prev_present is not None:
                 need_r = present & ~prev_present
                 if need_r.any():
@@ -623,8 +720,6 @@ class _ChunkBuilder:
                     ref[need_r, 4 + len(letters):-1] = rownum[need_r]
                     ref[need_r, -1] = 34  # '"'
                     pieces.append(ref)
-            if style_attr is not None:
-                pieces.append(style_attr if allp else np.where(present[:, None], style_attr, 0).astype(_U8))
             pieces.append(cells.body)
             if cells.longs:
                 longs.extend((i, j, b) for i, b in cells.longs)
@@ -632,6 +727,10 @@ class _ChunkBuilder:
         pieces.append(np.broadcast_to(_const(_ROW_CLOSE), (n, len(_ROW_CLOSE))))
         flat = np.concatenate(pieces, axis=1).reshape(-1)
         data = flat[flat != 0].tobytes()
+        if styled is not None:
+            for code, (mark, attr) in _STYLE_MARKS.items():
+                if (styles == code).any():
+                    data = data.replace(mark, attr)
         if longs:
             longs.sort(key=lambda t: (t[0], t[1]))
             parts = data.split(bytes([_LONG_MARK]))
@@ -641,10 +740,6 @@ class _ChunkBuilder:
                 out.append(p)
             data = b"".join(out)
         return data
-
-
-def _xml_escape(s: str) -> str:
-    return _escape_text(s)
 
 
 def _attr_escape(s: str) -> str:
@@ -793,7 +888,7 @@ def _workbook(names: list[str], filter_refs: list[str | None]) -> str:
                      for i, nm in enumerate(names))
     defined = "".join(
         f'<definedName name="_xlnm._FilterDatabase" localSheetId="{i}" hidden="1">'
-        f"{_xml_escape(_quote_sheet(nm))}!{ref}</definedName>"
+        f"{_escape_text(_quote_sheet(nm))}!{ref}</definedName>"
         for i, (nm, ref) in enumerate(zip(names, filter_refs)) if ref)
     return (_XML_DECL + f'<workbook xmlns="{_NS_MAIN}" xmlns:r="{_NS_REL}">'
             '<bookViews><workbookView activeTab="0"/></bookViews>'
