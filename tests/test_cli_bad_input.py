@@ -315,8 +315,6 @@ def test_md5_versus_statistics(tmp_path):
     assert "statistics" in line
 
 
-@pytest.mark.xfail(strict=True, reason="md5-vs-statistics error names neither dump.json path (only 'the target dump'); "
-                                       "other task-mismatch errors name both files")
 def test_md5_versus_statistics_names_the_files(tmp_path):
     res, out, t, g = _md5_vs_stat(tmp_path)
     assert_user_error(res, out, t / "dump.json", g / "dump.json")
@@ -377,8 +375,6 @@ def test_tensor_dir_missing(tensor_pair, tmp_path):
     assert "does not exist" in line
 
 
-@pytest.mark.xfail(strict=True, reason="tensor mode follows a symbolic link in dump_tensor_data and compares the file it "
-                                       "points to, while symlinked dump.json/stack.json inputs are refused")
 def test_symlinked_tensor_file_is_not_read(tensor_pair, tmp_path):
     t, g = tensor_pair
     victim = t / "dump_tensor_data" / "Functional.linear.0.forward.input.2.pt"
@@ -400,8 +396,6 @@ def test_symlinked_tensor_file_is_not_read(tensor_pair, tmp_path):
 
 
 @pytest.mark.parametrize("value", [5, ["x.pt"]], ids=["int", "list"])
-@pytest.mark.xfail(strict=True, reason="tensor mode: a non-string data_name in dump.json gives 'msprobe: internal error: "
-                                       "TypeError ...' and exit 1 instead of a clear user error (exit 2)")
 def test_non_string_data_name(tensor_pair, tmp_path, value):
     t, g = tensor_pair
 
@@ -434,8 +428,6 @@ def test_rank_dir_without_dump_json(multi_pair, tmp_path):
 
 
 @pytest.mark.parametrize("jobs", ["1", "2"])
-@pytest.mark.xfail(strict=True, reason="multi-rank compare: when one rank's dump.json is broken, the reports of the "
-                                       "ranks that succeeded stay in -o although the command fails with exit 2")
 def test_one_broken_rank_leaves_no_report(multi_pair, tmp_path, jobs):
     t, g = multi_pair
     data = (g / "rank1" / "dump.json").read_bytes()

@@ -281,6 +281,11 @@ def _tensor(cfg, t: DumpRows, g: DumpRows, m: Matches, target_json, golden_json,
                 raise MsprobeError(
                     f"{side} dump {js} is a tensor dump but {d} does not exist; copy the dump_tensor_data directory next to dump.json"
                 )
+        links = [p for pair in pairs for p in pair if os.path.islink(p)]
+        if links:
+            raise MsprobeError(
+                f"tensor file {links[0]} is a symbolic link; msprobe does not follow links on inputs for safety: copy the real files into dump_tensor_data"
+            )
         missing = [p for pair in pairs for p in pair if not os.path.isfile(p)]
         if missing:
             more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""

@@ -172,7 +172,7 @@ def _run_job_quiet(args):
     cfg, job, out_dir, ts = args
     try:
         return run_job(cfg, job, out_dir, ts)
-    except MsprobeError as exc:
+    except Exception as exc:  # noqa: BLE001 - handed to the parent, which raises the first one
         return exc
 
 
@@ -182,32 +182,47 @@ def run_compare(cfg: CompareConfig, progress_factory=None) -> List[RankResult]:
     out_dir = ensure_output_dir(cfg.output_dir)
     ts = time.strftime("%Y%m%d%H%M%S")
     workers = cfg.jobs if cfg.jobs > 0 else min(len(jobs), os.cpu_count() or 1)
-    if len(jobs) == 1 or workers <= 1:
-        results = []
-        for job in jobs:
-            bar = progress_factory(job.label) if progress_factory else None
+    results: List[RankResult] = []
+    try:
+        if len(jobs) == 1 or workers <= 1:
+            for job in jobs:
+                bar = progress_factory(job.label) if progress_factory else None
+                try:
+                    results.append(run_job(cfg, job, out_dir, ts, progress=bar))
+                finally:
+                    if bar is not None and hasattr(bar, "close"):
+                        bar.close()
+            return results
+        return _run_parallel(cfg, jobs, out_dir, ts, workers, progress_factory, results)
+    except BaseException:
+        # a failed run leaves no reports behind: remove what the ranks that succeeded wrote
+        for res in results:
             try:
-                results.append(run_job(cfg, job, out_dir, ts, progress=bar))
-            finally:
-                if bar is not None and hasattr(bar, "close"):
-                    bar.close()
-        return results
+                os.unlink(res.path)
+            except OSError:
+                pass
+        raise
+
+
+def _run_parallel(cfg, jobs, out_dir, ts, workers, progress_factory, results):
     import multiprocessing as mp
 
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
-    results: List[RankResult] = []
     bars = {job.label: progress_factory(job.label) for job in jobs} if progress_factory else {}
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
         futures = [(job, pool.submit(_run_job_quiet, (cfg, job, out_dir, ts))) for job in jobs]
+        error = None
         for job, fut in futures:
-            res = fut.result()
+            res = fut.result()  # wait for every rank, so all written reports are known
             bar = bars.get(job.label)
-            if isinstance(res, MsprobeError):
-                if bar is not None:
-                    bar.close()
-                raise res
             if bar is not None:
-                bar("done", 1, 1)
+                if not isinstance(res, Exception):
+                    bar("done", 1, 1)
                 bar.close()
-            results.append(res)
+            if isinstance(res, Exception):
+                error = error or res
+            else:
+                results.append(res)
+        if error is not None:
+            raise error
     return results

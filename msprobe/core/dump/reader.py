@@ -140,6 +140,11 @@ class _Walker:
         if ltype in TENSOR_TYPES and (dtype is None or shape is None) and ("dtype" not in leaf or "shape" not in leaf):
             self._bad(leaf, name)
         data_name = get("data_name") or "-1"
+        if data_name.__class__ is not str or (data_name != "-1" and ("/" in data_name or "\\" in data_name or data_name in (".", ".."))):
+            raise MsprobeError(
+                f"{self.side} dump.json {self.rows.path}: tensor entry {name} has data_name {data_name!r}; it must be a plain "
+                f"file name inside dump_tensor_data (no directories): the file is damaged or was edited, re-run the dump"
+            )
         if data_name != "-1":
             row_name = data_name.rsplit(".", 1)[0] if "." in data_name else data_name
         else:
@@ -336,8 +341,11 @@ def dump_mode(target: DumpRows, golden: DumpRows) -> str:
     if target.task == MODE_TENSOR:
         return MODE_TENSOR
     if target.has_md5 != golden.has_md5:
-        md5_side = "target" if target.has_md5 else "golden"
+        (md5_side, md5_dump), (stat_side, stat_dump) = (
+            (("target", target), ("golden", golden)) if target.has_md5 else (("golden", golden), ("target", target))
+        )
         raise MsprobeError(
-            f"the {md5_side} dump has md5 values and the other has statistics; dump both sides with the same summary_mode"
+            f"the {md5_side} dump.json {md5_dump.path} holds md5 values but the {stat_side} dump.json {stat_dump.path} "
+            f"holds statistics; dump both sides with the same summary_mode"
         )
     return MODE_MD5 if target.has_md5 else MODE_STATISTICS
