@@ -11,6 +11,11 @@ import argparse
 import os
 import sys
 
+# compare runs its own worker processes; BLAS thread pools inside each of them only oversubscribe the
+# cores (tensor mode got several times slower).  Set before numpy is first imported.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
 EPILOG = """examples:
   msprobe compare -tp npu/step0 -gp gpu/step0 -o out            multi-rank, highlighted xlsx
   msprobe compare -tp npu/dump.json -gp gpu/dump.json --csv     one pair, csv report

@@ -1,8 +1,7 @@
 """Real-data (tensor mode) metrics: Cosine, EucDist, MaxAbsErr, MaxRelativeErr and the two error
 ratios, with the reference's validation chain and messages (compare.md §4.3-4.4, G8 order).
 
-Loading and computing run per tensor pair in a thread pool: file reads and numpy kernels release the
-GIL, so pairs overlap on all cores without pickling arrays between processes.
+Pairs are loaded and compared in worker processes, each returning only the seven result cells.
 """
 
 from __future__ import annotations
@@ -10,7 +9,6 @@ from __future__ import annotations
 import math
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -258,30 +256,44 @@ def compare_pair(npu_path: Optional[str], bench_path: Optional[str], loader: Cal
         return ("unreadable data",) * 6 + (f"{MSG_UNREADABLE} ({exc})",)
 
 
+def _compare_chunk(pairs: Sequence[Tuple[str, str]], loader: Callable[[str], np.ndarray]) -> List[Metrics]:
+    return [compare_pair(p[0], p[1], loader) for p in pairs]
+
+
 def compare_files(
     pairs: Sequence[Tuple[str, str]],
     loader: Callable[[str], np.ndarray],
     jobs: int = 0,
     progress: Optional[Callable[[int], None]] = None,
 ) -> List[Metrics]:
-    """Compare many (npu_path, bench_path) pairs; results in input order."""
+    """Compare many (npu_path, bench_path) pairs; results in input order.
+
+    Pairs are split into contiguous chunks and compared in forked worker processes (one per core by
+    default): per-block numpy calls hold the GIL, so threads would not scale.  In a worker process (a
+    rank of a multi-rank compare) or with one job, pairs are compared in this process.
+    """
+    import multiprocessing as mp
+
     if not pairs:
         return []
-    workers = jobs if jobs > 0 else min(8, (os.cpu_count() or 1) + 1)
-    if workers <= 1 or len(pairs) == 1:
+    workers = jobs if jobs > 0 else (os.cpu_count() or 1)
+    workers = min(workers, len(pairs))
+    if workers <= 1 or mp.current_process().name != "MainProcess" or "fork" not in mp.get_all_start_methods():
         out = []
         for p in pairs:
             out.append(compare_pair(p[0], p[1], loader))
             if progress:
                 progress(1)
         return out
-    results: List[Optional[Metrics]] = [None] * len(pairs)
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        futs = {pool.submit(compare_pair, p[0], p[1], loader): i for i, p in enumerate(pairs)}
-        from concurrent.futures import as_completed
+    from concurrent.futures import ProcessPoolExecutor
 
-        for fut in as_completed(futs):
-            results[futs[fut]] = fut.result()
+    n_chunks = min(len(pairs), workers * 8)
+    bounds = np.linspace(0, len(pairs), n_chunks + 1).astype(int).tolist()
+    chunks = [pairs[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+    results: List[Metrics] = []
+    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork")) as pool:
+        for chunk, res in zip(chunks, pool.map(_compare_chunk, chunks, [loader] * len(chunks))):
+            results.extend(res)
             if progress:
-                progress(1)
-    return results  # type: ignore[return-value]
+                progress(len(chunk))
+    return results
