@@ -128,3 +128,22 @@ def test_md5_mode(tmp_path):
 def test_pairs_cover_every_output_input_combination():
     po, pi = hl._pairs(["a", "a", "a", "a", "b", "b"], ["input", "parameters", "output", "output", "input", "output"])
     assert list(zip(po.tolist(), pi.tolist())) == [(2, 0), (2, 1), (3, 0), (3, 1), (5, 4)]
+
+
+def test_repeated_names_pair_in_order():
+    """The same row name twice (e.g. tensor files named alike): the k-th occurrence pairs with the k-th,
+    rows are not multiplied, and the dtype filter looks at the right target row."""
+    from msprobe.core.compare.match import match_exact
+    from msprobe.core.dump.reader import DumpRows
+
+    def rows(names, dtypes):
+        r = DumpRows(path="x", task="statistics", level="L0", framework="pytorch")
+        r.names, r.shape, r.dtype = list(names), ["[2]"] * len(names), list(dtypes)
+        return r
+
+    t = rows(["a", "b", "a", "c"], ["torch.float32"] * 4)
+    g = rows(["a", "a", "b"], ["torch.float32", "torch.int64", "torch.float32"])
+    m = match_exact(t, g)
+    assert m.target.tolist() == [0, 1, 2, 3]
+    assert m.golden.tolist() == [0, 2, -1, -1]  # 2nd 'a' has an int64 golden: unmatched by the dtype filter
+    assert m.rule == ["exact", "exact", "unmatched", "unmatched"]

@@ -45,46 +45,50 @@ def dtypes_compatible(a: str, b: str) -> bool:
     return any(a in grp and b in grp for grp in _FLOAT_GROUPS)
 
 
-def _dtype_filter(t: DumpRows, g: DumpRows, golden: np.ndarray) -> np.ndarray:
+def _dtype_filter(t: DumpRows, g: DumpRows, target: np.ndarray, golden: np.ndarray) -> np.ndarray:
     """Unmatch pairs whose dtypes are incompatible (§3.3)."""
     out = golden.copy()
     idx = np.nonzero(out >= 0)[0]
     if len(idx):
         tdt = t.dtype
         gdt = g.dtype
+        tg = target.tolist()
         # only the (few) pairs whose strings differ need the group test
-        bad = [i for i in idx.tolist() if tdt[i] != gdt[out[i]] and not dtypes_compatible(tdt[i], gdt[out[i]])]
+        bad = [i for i in idx.tolist()
+               if tdt[tg[i]] != gdt[out[i]] and not dtypes_compatible(tdt[tg[i]], gdt[out[i]])]
         if bad:
             out[bad] = -1
     return out
 
 
+def _occurrences(keys: Sequence[Tuple]) -> List[Tuple]:
+    """(key, k) where k counts earlier occurrences of the same key."""
+    seen: Dict[Tuple, int] = {}
+    out = []
+    for key in keys:
+        k = seen.get(key, 0)
+        seen[key] = k + 1
+        out.append((key, k))
+    return out
+
+
 def _join(tkeys: Sequence[Tuple], gkeys: Sequence[Tuple]) -> Tuple[np.ndarray, np.ndarray]:
-    """Left join of target keys onto golden keys; duplicates expand like an outer merge would."""
-    first: Dict[Tuple, int] = dict(zip(reversed(gkeys), range(len(gkeys) - 1, -1, -1)))
-    if len(first) == len(gkeys):
-        golden = np.fromiter(map(first.get, tkeys, [-1] * len(tkeys)), dtype=np.int64, count=len(tkeys))
-        return np.arange(len(tkeys), dtype=np.int64), golden
-    groups: Dict[Tuple, List[int]] = {}
-    for j, k in enumerate(gkeys):
-        groups.setdefault(k, []).append(j)
-    t_out: List[int] = []
-    g_out: List[int] = []
-    for i, k in enumerate(tkeys):
-        js = groups.get(k)
-        if js is None:
-            t_out.append(i)
-            g_out.append(-1)
-        else:
-            t_out.extend([i] * len(js))
-            g_out.extend(js)
-    return np.asarray(t_out, dtype=np.int64), np.asarray(g_out, dtype=np.int64)
+    """Left join of target keys onto golden keys, in target order.
+
+    A key that occurs several times (a module called twice under the same name) pairs its k-th
+    occurrence on each side; the reference's outer merge multiplied such rows instead.
+    """
+    if len(set(gkeys)) != len(gkeys) or len(set(tkeys)) != len(tkeys):
+        tkeys, gkeys = _occurrences(tkeys), _occurrences(gkeys)
+    first: Dict[Tuple, int] = dict(zip(gkeys, range(len(gkeys))))
+    golden = np.fromiter(map(first.get, tkeys, [-1] * len(tkeys)), dtype=np.int64, count=len(tkeys))
+    return np.arange(len(tkeys), dtype=np.int64), golden
 
 
 def match_exact(t: DumpRows, g: DumpRows) -> Matches:
     """Join on (row name, shape), then the dtype filter (G8 semantics, target order kept)."""
     tidx, gidx = _join(list(zip(t.names, t.shape)), list(zip(g.names, g.shape)))
-    gidx = _dtype_filter(t, g, gidx)
+    gidx = _dtype_filter(t, g, tidx, gidx)
     rule = [RULE_EXACT if j >= 0 else RULE_NONE for j in gidx.tolist()]
     return Matches(tidx, gidx, rule)
 
@@ -127,7 +131,7 @@ def match_fuzzy(t: DumpRows, g: DumpRows) -> Matches:
         if h < len(q):
             golden[i] = q[h]
             heads[key] = h + 1
-    golden = _dtype_filter(t, g, golden)
+    golden = _dtype_filter(t, g, np.arange(len(t), dtype=np.int64), golden)
     rule = []
     for i, j in enumerate(golden.tolist()):
         if j < 0:
