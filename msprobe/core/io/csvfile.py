@@ -8,44 +8,39 @@ evaluating it (compare.md §9.3; the reference refuses to write such files inste
 
 from __future__ import annotations
 
-import csv
 from typing import List, Sequence
 
 from msprobe.core.dump.reader import INJECTION_RE
 
-_NUMBER_TYPES = (int, float)
-
-
 _FIRST = frozenset("+-=%@＋－＝％＠")
 
 
-_MARKERS = tuple("\x00" + c for c in _FIRST) + tuple(";" + c for c in _FIRST)
+_SEMI = tuple(";" + c for c in _FIRST)
 
 
-def _guard(values: Sequence) -> Sequence:
-    # the column's text cells joined by NUL: a few substring searches (C speed) tell whether any cell
-    # starts with a formula character or holds ';' followed by one; only then look cell by cell
-    texts = [v for v in values if v.__class__ is str]
-    if not texts:
-        return values
-    joined = "\x00" + "\x00".join(texts)
-    if not any(m in joined for m in _MARKERS):
-        return values
-    hits = [i for i, v in enumerate(values) if v.__class__ is str and INJECTION_RE.search(v)]
-    if not hits:
-        return values
-    out = list(values)
-    for i in hits:
-        try:
-            float(out[i])
-        except ValueError:
-            out[i] = "'" + out[i]
-    return out
+def _texts(values: Sequence) -> List[str]:
+    """Every cell of a column as CSV text, guarded and quoted (RFC 4180, like the csv module)."""
+    # one pass converts; bools before ints since bool is an int subclass
+    cells = [v if v.__class__ is str else ("" if v is None else (str(v) if v.__class__ is bool else repr(v)))
+             for v in values]
+    # set lookups and a couple of substring searches (C speed) tell whether any cell needs a look
+    joined = "\x00".join(cells)
+    risky = not _FIRST.isdisjoint({c[:1] for c in cells}) or (";" in joined and any(m in joined for m in _SEMI))
+    if risky:
+        for i, v in enumerate(values):
+            if v.__class__ is str and INJECTION_RE.search(v):
+                try:
+                    float(v)
+                except ValueError:
+                    cells[i] = "'" + v
+    if '"' in joined or "," in joined or "\n" in joined or "\r" in joined:
+        cells = [('"' + c.replace('"', '""') + '"') if ('"' in c or "," in c or "\n" in c or "\r" in c) else c
+                 for c in cells]
+    return cells
 
 
 def write_csv(path: str, header: List[str], columns: List[Sequence]) -> None:
-    cols = [_guard(c) for c in columns]
+    cols = [_texts(c) for c in columns]
     with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(header)
-        w.writerows(zip(*cols))
+        fh.write(",".join(_texts(header)) + "\r\n")
+        fh.writelines(line + "\r\n" for line in map(",".join, zip(*cols)))
