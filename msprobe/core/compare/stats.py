@@ -26,12 +26,13 @@ def numeric(values: Sequence) -> Tuple[np.ndarray, np.ndarray]:
     flags = [v.__class__ in num_types for v in values]
     if all(flags):
         return np.fromiter(values, dtype=np.float64, count=n), np.ones(n, dtype=bool)
-    flags = [f or (v.__class__ is str and _NUM_RE.match(v) is not None) for f, v in zip(flags, values)]
+    nan = float("nan")
+    out = np.array([v if f else nan for v, f in zip(values, flags)], dtype=np.float64)
     ok = np.array(flags, dtype=bool)
-    out = np.full(n, np.nan)
-    idx = np.flatnonzero(ok)
-    if len(idx):
-        out[idx] = np.fromiter((float(values[i]) for i in idx.tolist()), dtype=np.float64, count=len(idx))
+    texts = [i for i, v in enumerate(values) if v.__class__ is str and _NUM_RE.match(v) is not None]
+    if texts:
+        out[texts] = [float(values[i]) for i in texts]
+        ok[texts] = True
     return out, ok
 
 
