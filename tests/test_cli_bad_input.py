@@ -8,7 +8,7 @@ reference dump and checks that
 * no traceback is printed;
 * the output directory holds no file (no report, no partial or temporary file).
 
-Cases where msprobe does not behave like that yet are marked ``xfail(strict=True)`` with the bug.
+Each bug these tests found was fixed in msprobe and its test kept as a regression test.
 """
 
 from __future__ import annotations
