@@ -196,6 +196,21 @@ def _number_mask(col) -> Tuple[np.ndarray, np.ndarray]:
     return vals, ok
 
 
+def _highlight(t: DumpRows, m: Matches, tv, summary_cells, max_diff_cells, rg_bad, msg, **mode_cols):
+    """Colour the rows and append the highlight messages; mode_cols: rel (statistics) or
+    one_thousandth + cosine (tensor)."""
+    _, nmax_ok = _number_mask(summary_cells[0])
+    _, bmax_ok = _number_mask(summary_cells[4])
+    md_vals, md_ok = _number_mask(max_diff_cells)
+    h = hl.HighlightInput(
+        api=_take(t.api, m.target), state=_take(t.state, m.target),
+        npu_nonfinite=_nonfinite(tv[0], tv[1]), npu_max_num=nmax_ok, bench_max_num=bmax_ok,
+        max_diff=md_vals, max_diff_num=md_ok, rg_inconsistent=rg_bad, **mode_cols,
+    )
+    styles, hmsgs = hl.highlight(h, tensor_mode="cosine" in mode_cols)
+    return styles, _join_msg(msg, hmsgs, "\n")
+
+
 def _statistics(cfg: CompareConfig, t: DumpRows, g: DumpRows, m: Matches) -> Report:
     header, cols = _basic(t, g, m)
     tv, gv, summary_cells = _summary_cols(t, g, m)
@@ -215,16 +230,7 @@ def _statistics(cfg: CompareConfig, t: DumpRows, g: DumpRows, m: Matches) -> Rep
            for ok, w, bad in zip(matched.tolist(), warn.tolist(), rg_bad.tolist())]
     styles = None
     if cfg.highlight:
-        nmax_vals, nmax_ok = _number_mask(summary_cells[0])
-        _, bmax_ok = _number_mask(summary_cells[4])
-        md_vals, md_ok = _number_mask(diff_cells[0])
-        h = hl.HighlightInput(
-            api=_take(t.api, m.target), state=_take(t.state, m.target),
-            npu_nonfinite=_nonfinite(tv[0], tv[1]), npu_max_num=nmax_ok, bench_max_num=bmax_ok,
-            max_diff=md_vals, max_diff_num=md_ok, rel=rels[0], rg_inconsistent=rg_bad,
-        )
-        styles, hmsgs = hl.highlight(h, tensor_mode=False)
-        msg = _join_msg(msg, hmsgs, "\n")
+        styles, msg = _highlight(t, m, tv, summary_cells, diff_cells[0], rg_bad, msg, rel=rels[0])
     header += STAT_DIFF + SUMMARY + ["Requires_grad Consistent", "Result", "Err_message"]
     cols += diff_cells + rel_cells + summary_cells + [rg_cells, result, msg]
     names = cols[0]
@@ -319,18 +325,8 @@ def _tensor(cfg, t: DumpRows, g: DumpRows, m: Matches, target_json, golden_json,
         msg.append(text)
     styles = None
     if cfg.highlight:
-        nmax_vals, nmax_ok = _number_mask(summary_cells[0])
-        _, bmax_ok = _number_mask(summary_cells[4])
-        md_vals, md_ok = _number_mask(metric_cols[2])
-        one_vals, _ = _number_mask(metric_cols[4])
-        cos_vals, _ = _number_mask(metric_cols[0])
-        h = hl.HighlightInput(
-            api=_take(t.api, m.target), state=_take(t.state, m.target),
-            npu_nonfinite=_nonfinite(tv[0], tv[1]), npu_max_num=nmax_ok, bench_max_num=bmax_ok,
-            max_diff=md_vals, max_diff_num=md_ok, one_thousandth=one_vals, cosine=cos_vals, rg_inconsistent=rg_bad,
-        )
-        styles, hmsgs = hl.highlight(h, tensor_mode=True)
-        msg = _join_msg(msg, hmsgs, "\n")
+        styles, msg = _highlight(t, m, tv, summary_cells, metric_cols[2], rg_bad, msg,
+                                 one_thousandth=_number_mask(metric_cols[4])[0], cosine=_number_mask(metric_cols[0])[0])
     header += TENSOR_METRICS + SUMMARY + ["Requires_grad Consistent", "Accuracy Reached or Not", "Err_message"]
     cols += metric_cols + summary_cells + [rg_cells, accuracy, msg]
     rep = Report(MODE_TENSOR, header, cols, styles, tnames, _take(t.api, m.target), int(m.matched.sum()))
