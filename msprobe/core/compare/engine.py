@@ -126,15 +126,30 @@ def _read_both(cfg: CompareConfig, target_json: str, golden_json: str) -> Tuple[
         and mp.current_process().name == "MainProcess" and "fork" in mp.get_all_start_methods()
     )
     if not parallel:
-        t = read_dump(target_json, "target", stack_path=cfg.stack_path)
-        return t, read_dump(golden_json, "golden", stack_path="")  # the golden stack is never shown
+        t = _load_side(target_json, "target", cfg.stack_path)
+        return t, _load_side(golden_json, "golden", "")  # the golden stack is never shown
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("fork")) as pool:
-        fut = pool.submit(read_dump, golden_json, "golden", "")
-        t = read_dump(target_json, "target", stack_path=cfg.stack_path)
+        fut = pool.submit(_load_side, golden_json, "golden", "")
+        t = _load_side(target_json, "target", cfg.stack_path)
         g = fut.result()
     return t, g
+
+
+def _load_side(path: str, side: str, stack_path: Optional[str]) -> DumpRows:
+    """Parse one dump and, for statistics dumps, prepare its numbers (runs in a worker for one side)."""
+    rows = read_dump(path, side, stack_path=stack_path)
+    if rows.task == MODE_STATISTICS and not rows.has_md5:
+        rows.parsed = [st.parsed_stats(c) for c in (rows.stat_max, rows.stat_min, rows.stat_mean, rows.stat_norm)]
+    return rows
+
+
+def _take_parsed(parsed, idx: np.ndarray):
+    """A parsed_stats triple indexed by row numbers; -1 (unmatched) rows become unusable."""
+    vals, ok, ref = parsed
+    safe = np.where(idx >= 0, idx, 0)
+    return vals[safe], ok[safe] & (idx >= 0), ref[safe]
 
 
 def _basic(t: DumpRows, g: DumpRows, m: Matches) -> Tuple[List[str], List[list]]:
@@ -216,8 +231,11 @@ def _statistics(cfg: CompareConfig, t: DumpRows, g: DumpRows, m: Matches) -> Rep
     tv, gv, summary_cells = _summary_cols(t, g, m)
     matched = m.matched
     diff_cells, rel_cells, diffs, rels, warns = [], [], [], [], []
-    for a, b in zip(tv, gv):
-        dc, rc, dv, rv, w = st.stat_diffs(a, b, matched)
+    if t.parsed is None or g.parsed is None:
+        t.parsed = [st.parsed_stats(c) for c in (t.stat_max, t.stat_min, t.stat_mean, t.stat_norm)]
+        g.parsed = [st.parsed_stats(c) for c in (g.stat_max, g.stat_min, g.stat_mean, g.stat_norm)]
+    for k in range(4):
+        dc, rc, dv, rv, w = st.stat_diffs_parsed(_take_parsed(t.parsed[k], m.target), _take_parsed(g.parsed[k], m.golden), matched)
         diff_cells.append(dc)
         rel_cells.append(rc)
         diffs.append(dv)

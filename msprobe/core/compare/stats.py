@@ -46,19 +46,32 @@ def display(values: Sequence) -> list:
     return ["None" if v is None else (NAN_TEXT if v != v else v) for v in values]
 
 
+def parsed_stats(values: Sequence) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(values, usable mask, values as the reference re-parses them) for one statistic column.
+
+    The reference subtracts values re-parsed from text (see refparse); done per dump side, so the two
+    sides can be prepared in parallel with the parsing.
+    """
+    n, ok = numeric(values)
+    return n, ok, reference_parse(np.where(ok, n, 0.0))
+
+
 def stat_diffs(npu: Sequence, bench: Sequence, matched: np.ndarray):
-    """Diff and relative-error columns for one statistic.
+    """Diff and relative-error columns for one statistic (see :func:`stat_diffs_parsed`)."""
+    return stat_diffs_parsed(parsed_stats(npu), parsed_stats(bench), matched)
+
+
+def stat_diffs_parsed(npu, bench, matched: np.ndarray):
+    """Diff and relative-error columns for one statistic from two :func:`parsed_stats` triples.
 
     Returns (diff_cells, rel_cells, diff_values, rel_fraction, warn):
     diff_values is float64 (NaN where not a number), rel_fraction = |diff/bench| (NaN where N/A),
     warn = the G8 magnitude warning ``|diff| / (|max(npu, bench)| + 1e-10) > 0.5``.
     """
-    n, n_ok = numeric(npu)
-    b, b_ok = numeric(bench)
+    n, n_ok, n_p = npu
+    b, b_ok, b_p = bench
     usable = n_ok & b_ok & matched
-    # the reference subtracts values re-parsed from text (see refparse); the denominator is exact
-    both = reference_parse(np.concatenate([np.where(usable, n, 0.0), np.where(usable, b, 0.0)]))
-    n_p, b_p = both[: len(n)], both[len(n):]
+    # the denominator of the relative error is the exact value
     with np.errstate(all="ignore"):
         diff = np.where(usable, n_p - b_p, np.nan)
         diff_nan = usable & np.isnan(diff)

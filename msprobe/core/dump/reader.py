@@ -82,6 +82,8 @@ class DumpRows:
         return self._md5_cache
 
     _md5_cache: Optional[List[str]] = None
+    # per statistic (max, min, mean, norm): (values, usable, reference-parsed values), prepared by compare
+    parsed: Optional[list] = None
 
     def __len__(self) -> int:
         return len(self.names)
