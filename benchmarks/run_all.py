@@ -6,16 +6,16 @@
 
 Inputs come from benchmarks/gen_inputs.py (generated on first use, then reused).  Every command runs in a
 fresh subprocess with a fresh, empty output directory: once untimed (so that page cache is warm for every
-tool: the inputs and the tool's own installed files), then N timed runs of which the best (lowest wall
-time) is kept, with the peak memory of the same run's worst case (the largest over the N runs).
+tool: the inputs and the tool's own installed files), then N timed runs: the best (lowest) wall time is
+kept, and the largest memory figures over the N runs.
 
 Memory is measured two ways, for the whole process tree (the reference tools and ours may fork workers):
 
 * ``RSS max``  -- ``ru_maxrss`` of the command (GNU ``time -f %M``, or ``os.wait4`` without GNU time): the
   largest resident set of the command or any descendant it waited for (a maximum over processes, not a sum);
-* ``PSS sum``  -- sampled every 20 ms (every 100 ms after the first 2 s): the sum over all live processes of the tree of their proportional set
-  size (``/proc/PID/smaps_rollup``), i.e. the memory the command holds at once with shared pages (forked
-  workers, shared libraries) counted once.  Sampling can miss very short peaks.
+* ``PSS sum``  -- sampled every 20 ms (or 30x the cost of a sample if longer): the sum over all live processes
+  of the tree of their proportional set size (``/proc/PID/smaps_rollup``), i.e. the memory the command holds
+  at once with shared pages (forked workers, shared libraries) counted once.  Sampling can miss short peaks.
 
 The goals compare ``peak MB = max(RSS max, PSS sum)``: at least the biggest single process, and at least the
 whole tree when workers run side by side.
@@ -105,14 +105,16 @@ class TreeSampler(threading.Thread):
     def run(self):
         t0, c0 = time.monotonic(), time.thread_time()
         while not self._stop_evt.is_set():
+            s0 = time.thread_time()
             pids = _tree(self.pid)
             if self.skip_root:  # the GNU time wrapper is not part of the measured command
                 pids = pids[1:]
             total = sum(_pss_kb(p) for p in pids)
             self.peak_kb = max(self.peak_kb, total)
             self.max_procs = max(self.max_procs, len(pids))
-            # every 20 ms for the first 2 s (our runs), then every 100 ms (long reference runs)
-            self._stop_evt.wait(self.interval if time.monotonic() - t0 < 2 else 5 * self.interval)
+            # every 20 ms, but reading Pss walks page tables (milliseconds for a big process): wait at least 30x
+            # what the sample cost so the sampler stays near 3% of one core
+            self._stop_evt.wait(max(self.interval, 30 * (time.thread_time() - s0)))
         self.cpu_share = (time.thread_time() - c0) / max(1e-9, time.monotonic() - t0)
 
     def stop(self):
@@ -181,7 +183,7 @@ def peak(r: dict) -> float:
 # report checks
 # ---------------------------------------------------------------------------------------------------------------------
 
-RED, YELLOW = "FFFF0000", "FFFFFF00"
+RED, YELLOW = "FF0000", "FFFF00"  # last 6 hex digits of the fill colour (8.3.3 stores yellow as 00FFFF00)
 
 
 def xlsx_scan(path: Path) -> dict:
@@ -198,6 +200,7 @@ def xlsx_scan(path: Path) -> dict:
             n += 1
             f = row[0].fill
             rgb = f.fgColor.rgb if (f is not None and f.fill_type and f.fgColor is not None) else None
+            rgb = rgb[-6:].upper() if isinstance(rgb, str) else None
             red += rgb == RED
             yellow += rgb == YELLOW
         return {"rows": n, "red": red, "yellow": yellow}
@@ -457,7 +460,7 @@ def main(argv=None) -> int:
         "",
         "Method: each command runs in a fresh subprocess with a fresh empty output dir; one untimed warm-up run "
         "(warm page cache for every tool), then N timed runs, best wall time kept. `RSS max` = `ru_maxrss` of the "
-        "process tree (GNU time %M: the largest single process, waited-for workers included); `PSS sum` = sampled (20 ms, 100 ms after 2 s) sum of "
+        "process tree (GNU time %M: the largest single process, waited-for workers included); `PSS sum` = sampled (every 20 ms, or 30x a sample's cost if longer) sum of "
         "`Pss` over all live processes of the tree (forked workers included, shared pages counted once); "
         "`procs` = most processes alive at once. Speed-up = reference seconds / ours; peak MB ratio = ours / "
         "reference, with peak MB = max(RSS max, PSS sum). Ours xlsx is compared with 8.3.3 `-s -hl` (xlsx, "
