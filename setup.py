@@ -41,7 +41,8 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     packages=find_packages(include=["msprobe", "msprobe.*"]) + DATA_PACKAGES,
-    package_data={pkg: DATA_PATTERNS for pkg in DATA_PACKAGES},
+    package_data={**{pkg: DATA_PATTERNS for pkg in DATA_PACKAGES},
+                  "msprobe.pytorch.dump": ["api_lists.json"]},
     python_requires=">=3.9",
     install_requires=[
         "numpy",

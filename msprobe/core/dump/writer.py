@@ -1,0 +1,83 @@
+"""Writing dump files (dump.json, stack.json, construct.json, debug.json): framework-free.
+
+Non-finite statistics are written as the bare literals ``NaN``, ``Infinity`` and ``-Infinity``,
+exactly as MindStudio Probe writes them (Python's ``json`` module and both compare tools read them;
+turning them into ``null`` would hide the overflow the user is looking for). Callers mark such
+numbers with :func:`number`, which returns the float itself when it is finite and a marker
+otherwise; the marker is serialised through orjson's ``default`` hook and spliced back as a literal.
+
+Files are written to a temporary name in the same directory and renamed over the target, so a
+reader never sees half a file.
+"""
+import math
+import os
+
+import orjson
+
+_TOKENS = {}
+
+
+class NonFinite:
+    """Marker for a float that JSON cannot hold; serialises as a bare NaN/Infinity literal."""
+
+    __slots__ = ("literal",)
+
+    def __init__(self, literal):
+        self.literal = literal
+
+    def __repr__(self):
+        return self.literal
+
+
+NAN = NonFinite("NaN")
+POS_INF = NonFinite("Infinity")
+NEG_INF = NonFinite("-Infinity")
+_TOKENS = {m: "\x00msprobe:" + m.literal for m in (NAN, POS_INF, NEG_INF)}
+_SPLICE = [(orjson.dumps(tok), m.literal.encode()) for m, tok in _TOKENS.items()]
+
+
+def number(v):
+    """``v`` when finite (or not a float), else the matching :class:`NonFinite` marker."""
+    if v.__class__ is float and not math.isfinite(v):
+        if v != v:
+            return NAN
+        return POS_INF if v > 0 else NEG_INF
+    return v
+
+
+def _default(obj):
+    tok = _TOKENS.get(obj)
+    if tok is not None:
+        return tok
+    if isinstance(obj, NonFinite):
+        return "\x00msprobe:" + obj.literal
+    raise TypeError(f"cannot write {type(obj).__name__} to JSON")
+
+
+def dumps(obj, indent=True):
+    """Serialise ``obj`` to JSON bytes (2-space indent by default), NaN/Infinity as literals."""
+    opt = orjson.OPT_INDENT_2 if indent else 0
+    data = orjson.dumps(obj, default=_default, option=opt)
+    if b"\\u0000msprobe:" in data:
+        for token, literal in _SPLICE:
+            data = data.replace(token, literal)
+    return data
+
+
+def write_json(path, obj, indent=True, mode=0o640):
+    """Write ``obj`` as JSON to ``path`` through a temporary file and an atomic rename."""
+    data = dumps(obj, indent)
+    directory = os.path.dirname(path) or "."
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return path

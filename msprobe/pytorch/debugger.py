@@ -1,0 +1,188 @@
+"""``PrecisionDebugger`` for PyTorch: the object users put into their training scripts.
+
+Compatible with MindStudio Probe's API (8.x): a process-wide singleton; ``start``/``stop``/``step``/
+``save`` also work as class methods once an instance exists. Every configuration problem is raised
+as one :class:`~msprobe.core.errors.MsprobeError` at construction, before training starts; once it
+runs, nothing the tool does may stop or change the training.
+"""
+import logging
+import os
+import random
+import threading
+
+from msprobe.core.dump.config import load_dump_config, prepare_dump_path
+from msprobe.core.errors import MsprobeError
+
+log = logging.getLogger("msprobe")
+_LOCK = threading.RLock()
+
+
+class PrecisionDebugger:
+    _instance = None
+
+    def __new__(cls, *args, **kwargs):
+        with _LOCK:
+            if cls._instance is None:
+                obj = super().__new__(cls)
+                obj._ready = False
+                cls._instance = obj
+            return cls._instance
+
+    def __init__(self, config_path=None, task=None, dump_path=None, level=None, model=None, step=None):
+        with _LOCK:
+            if self._ready:
+                return
+            try:
+                self._setup(config_path, task, dump_path, level, model, step)
+            except BaseException:
+                PrecisionDebugger._instance = None
+                raise
+            self._ready = True
+
+    def _setup(self, config_path, task, dump_path, level, model, step):
+        cfg = load_dump_config(config_path, task=task, dump_path=dump_path, level=level, step=step,
+                               framework="pytorch")
+        npu_module = None
+        from msprobe.pytorch.npu import npu_module as _npu_module, npu_state
+        state = npu_state()
+        if cfg.level == "L2" and state != "available":
+            raise MsprobeError(
+                f"level L2 (kernel dump) needs an Ascend NPU with torch_npu; here torch_npu is {state}. "
+                "Use level L0, L1 or mix on this machine")
+        if state in ("available", "no-device"):
+            npu_module = _npu_module()
+        dump_root = prepare_dump_path(cfg.dump_path)
+        if dump_root != cfg.dump_path:
+            import dataclasses
+            cfg = dataclasses.replace(cfg, dump_path=dump_root)
+        if cfg.seed is not None:
+            seed_all(cfg.seed, cfg.is_deterministic)
+        from msprobe.pytorch.dump.service import Service
+        self.config = cfg
+        self.service = Service(cfg, npu_module)
+        self.model = model
+        self.npu_state = state
+
+    # ------------------------------------------------------------------ class-level API
+    @classmethod
+    def _get(cls):
+        inst = cls._instance
+        if inst is None or not inst._ready:
+            raise MsprobeError("PrecisionDebugger instance is not created: construct PrecisionDebugger(...) first")
+        return inst
+
+    @classmethod
+    def start(cls, model=None):
+        inst = cls._get()
+        with _LOCK:
+            inst.service.start(model if model is not None else inst.model)
+
+    @classmethod
+    def stop(cls):
+        inst = cls._get()
+        with _LOCK:
+            inst.service.stop()
+
+    @classmethod
+    def forward_backward_dump_end(cls):
+        """Deprecated alias of :meth:`stop` (kept for 8.x scripts)."""
+        cls.stop()
+
+    @classmethod
+    def step(cls):
+        inst = cls._get()
+        with _LOCK:
+            inst.service.step()
+
+    @classmethod
+    def set_init_step(cls, step):
+        inst = cls._get()
+        inst.service.set_init_step(step)
+
+    @classmethod
+    def save(cls, variable, name, save_backward=True):
+        inst = cls._get()
+        if inst.config.level != "debug":
+            return
+        from msprobe.pytorch.dump.debug_save import debug_save
+        debug_save(inst.service, variable, name, save_backward)
+
+    @classmethod
+    def _reset_for_tests(cls):
+        """Drop the singleton (restoring every patch). For tests only."""
+        inst = cls._instance
+        if inst is not None and getattr(inst, "_ready", False):
+            try:
+                inst.service.end()
+            except Exception:
+                pass
+        cls._instance = None
+
+
+def seed_all(seed=1234, mode=False, rm_dropout=False):
+    """Fix Python, numpy and torch random state (and CUDA/NPU when present); ``mode`` turns on
+    deterministic algorithms; ``rm_dropout`` makes F.dropout* use p=0 (call it before the debugger)."""
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise MsprobeError(f"seed_all: seed must be an integer, got {seed!r}")
+    if not 0 <= seed <= 2 ** 32 - 1:
+        raise MsprobeError(f"seed_all: seed must be between 0 and 4294967295, got {seed}")
+    if not isinstance(mode, bool):
+        raise MsprobeError(f"seed_all: mode must be bool, got {mode!r}")
+    if not isinstance(rm_dropout, bool):
+        raise MsprobeError(f"seed_all: rm_dropout must be bool, got {rm_dropout!r}")
+    import numpy as np
+    import torch
+    random.seed(seed)
+    os.environ["PYTHONHASHSEED"] = str(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.use_deterministic_algorithms(mode)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    from msprobe.pytorch.npu import npu_state
+    if npu_state() == "available":
+        try:
+            torch.npu.manual_seed_all(seed)
+            os.environ["HCCL_DETERMINISTIC"] = str(mode)
+        except Exception:
+            pass
+    if rm_dropout:
+        _remove_dropout()
+
+
+def _remove_dropout():
+    import torch.nn.functional as F
+    for name in ("dropout", "dropout2d", "dropout3d"):
+        orig = getattr(F, name)
+        if getattr(orig, "__msprobe_no_dropout__", False):
+            continue
+
+        def make(fn):
+            def no_dropout(input, p=0.5, training=True, inplace=False):
+                if p < 0.0 or p > 1.0:
+                    raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+                return fn(input, 0.0, training, inplace)
+            no_dropout.__msprobe_no_dropout__ = True
+            no_dropout.__name__ = fn.__name__
+            return no_dropout
+
+        setattr(F, name, make(orig))
+
+
+def module_dump(module, dump_name):
+    """Dump ``module`` as one unit (its inner APIs are not recorded) until :func:`module_dump_end`."""
+    import torch
+    if not isinstance(module, torch.nn.Module):
+        raise MsprobeError(f"module_dump: module must be a torch.nn.Module, got {type(module).__name__}")
+    if not isinstance(dump_name, str):
+        raise MsprobeError(f"module_dump: dump_name must be a str, got {type(dump_name).__name__}")
+    inst = PrecisionDebugger._get()
+    inst.service.module_dump(module, dump_name)
+
+
+def module_dump_end():
+    inst = PrecisionDebugger._get()
+    inst.service.module_dump_end()

@@ -1,0 +1,479 @@
+"""Turning captured values into dump records, and writing a step's files.
+
+One :class:`Collector` lives per debugger. It owns the per-step state (records in insertion order,
+construct.json, stack.json, call counters, pending statistics, tensor files being written) and the
+rules of what to record (scope/list filters, data_mode, overflow_check). Hooks call its ``api_*``,
+``module_*`` and ``param_grad`` methods; they never raise into training (the hook layer catches
+and logs).
+"""
+import os
+import queue
+import threading
+import zlib
+
+import torch
+
+from msprobe.core.dump import writer as jw
+from msprobe.pytorch.dump.stack import StackTable
+from msprobe.pytorch.dump.stats import StatBuffer, _plain, _tensor_type_name, crc32_hex, overflow_in
+
+MAX_DEPTH = 400
+FLUSH_STATS_EVERY = 1000     # records: resolve pending statistics so device scalars do not pile up
+
+_TENSOR = torch.Tensor
+_SIMPLE = {bool: "bool", int: "int", float: "float", str: "str"}
+
+
+class Scope:
+    """scope ([start, end] range) plus list (substring) filter, evaluated on every checked name."""
+
+    def __init__(self, scope, names, level):
+        self.start, self.end = (scope[0], scope[1]) if scope else (None, None)
+        self.names = tuple(names)
+        self.level = level
+        self.in_range = not scope
+        self.open_expanders = 0   # mix: modules matching a list item currently executing
+
+    def check(self, name):
+        if self.start is not None:
+            if name == self.start:
+                self.in_range = True
+            hit = self.in_range
+            if name == self.end:
+                self.in_range = False
+            if not hit:
+                return False
+        if not self.names:
+            return True
+        if self.open_expanders:
+            return True
+        return any(item in name for item in self.names)
+
+    def module_matches(self, name):
+        return bool(self.names) and any(item in name for item in self.names)
+
+
+class TensorWriter:
+    """Saves tensor files, inline or (async) on a background thread."""
+
+    def __init__(self, background):
+        self.background = background
+        self._q = None
+        self._thread = None
+        self.errors = []
+
+    def save(self, tensor, path):
+        if not self.background:
+            torch.save(tensor, path)
+            return
+        if self._thread is None:
+            self._q = queue.Queue()
+            self._thread = threading.Thread(target=self._run, name="msprobe-save", daemon=True)
+            self._thread.start()
+        self._q.put((tensor, path))
+
+    def _run(self):
+        while True:
+            item = self._q.get()
+            try:
+                if item is None:
+                    return
+                torch.save(item[0], item[1])
+            except Exception as exc:  # reported at the next flush
+                self.errors.append(f"{item[1]}: {exc}")
+            finally:
+                self._q.task_done()
+
+    def wait(self):
+        if self._q is not None:
+            self._q.join()
+
+
+class Collector:
+    def __init__(self, cfg, framework="pytorch"):
+        self.cfg = cfg
+        self.task = cfg.task
+        self.level = cfg.level
+        self.md5 = cfg.summary_mode == "md5"
+        self.save_tensors = cfg.task == "tensor"
+        self.overflow = cfg.task == "overflow_check"
+        self.structure_only = cfg.task == "structure"
+        self.tensor_list = tuple(cfg.tensor_list)
+        self.overflow_left = cfg.overflow_nums
+        self.fwd_in = cfg.dump_forward and cfg.dump_input
+        self.fwd_out = cfg.dump_forward and cfg.dump_output
+        self.bwd_in = cfg.dump_backward and cfg.dump_input
+        self.bwd_out = cfg.dump_backward and cfg.dump_output
+        self.want_backward = cfg.dump_backward
+        self.mix_construct = cfg.level == "mix"
+        self.module_construct = cfg.level in ("L0", "mix")
+        self.writer = TensorWriter(cfg.async_dump)
+        self.framework = framework
+        self.stats = StatBuffer(cfg.precision)
+        self.scope = Scope(cfg.scope, cfg.list, cfg.level) if (cfg.scope or cfg.list) else None
+        self.step_dir = None
+        self.tensor_dir = None
+        self.generation = 0
+        self.terminated = False
+        self.reset()
+
+    # ------------------------------------------------------------------ state
+    def reset(self):
+        for h in getattr(self, "grad_hook_handles", ()):
+            try:
+                h.remove()
+            except Exception:
+                pass
+        self.grad_hook_handles = []
+        self.data = {}
+        self.debug = {}
+        self.construct = {}
+        self.stack = StackTable()
+        self.api_count = {}
+        self.module_count = {}
+        self.debug_count = {}
+        self.stats.clear()
+        self._save_prefix = None
+        self.fwd_module_stack = []
+        self.bwd_module_stack = []
+        self.pending_backward = {}
+        self.generation += 1
+        if self.scope is not None:
+            self.scope.in_range = self.scope.start is None
+            self.scope.open_expanders = 0
+
+    def set_dir(self, step_dir):
+        self.step_dir = step_dir
+        need_tensor_dir = self.save_tensors or self.overflow or bool(self.tensor_list)
+        self.tensor_dir = os.path.join(step_dir, "dump_tensor_data") if need_tensor_dir else None
+        if self.tensor_dir:
+            os.makedirs(self.tensor_dir, mode=0o750, exist_ok=True)
+
+    def wanted(self, name):
+        return self.scope is None or self.scope.check(name)
+
+    # ------------------------------------------------------------------ values
+    def tensor_rec(self, t, data_name, save):
+        p = _plain(t)
+        rec = {"type": _tensor_type_name(t), "dtype": str(t.dtype), "shape": list(t.shape),
+               "Max": None, "Min": None, "Mean": None, "Norm": None,
+               "requires_grad": bool(t.requires_grad)}
+        if not self.structure_only:
+            self.stats.add(rec, p)
+        if self.md5:
+            rec["md5"] = crc32_hex(p)
+        if save and self.tensor_dir is not None and p.device.type != "meta":
+            fname = data_name + ".pt"
+            clone = p.clone().contiguous() if (self.writer.background or p.requires_grad) else p.contiguous()
+            if clone is p and p.device.type == "cpu":
+                clone = p.clone()
+            self.writer.save(clone, os.path.join(self.tensor_dir, fname))
+            rec["data_name"] = fname
+        return rec
+
+    def convert(self, v, path, save, depth=0):
+        """JSON value of an argument/result; ``path`` is the data_name prefix for tensors."""
+        if isinstance(v, _TENSOR):
+            return self.tensor_rec(v, path, save)
+        cls = v.__class__
+        simple = _SIMPLE.get(cls)
+        if simple is not None:
+            return {"type": simple, "value": jw.number(v) if cls is float else v}
+        if v is None:
+            return None
+        if depth >= MAX_DEPTH:
+            return None
+        if cls is list or cls is tuple or (isinstance(v, tuple) and not hasattr(v, "_fields")) \
+                or isinstance(v, list):
+            if isinstance(v, torch.Size):
+                return {"type": "torch.Size", "value": list(v)}
+            return [self.convert(x, f"{path}.{i}", save, depth + 1) for i, x in enumerate(v)]
+        if isinstance(v, tuple):  # namedtuple
+            return {k: self.convert(x, f"{path}.{k}", save, depth + 1) for k, x in zip(v._fields, v)}
+        if isinstance(v, dict):
+            return {str(k): self.convert(x, f"{path}.{k}", save, depth + 1) for k, x in v.items()}
+        if isinstance(v, bool):
+            return {"type": "bool", "value": bool(v)}
+        if isinstance(v, int):
+            return {"type": "int", "value": int(v)}
+        if isinstance(v, float):
+            return {"type": "float", "value": jw.number(float(v))}
+        if isinstance(v, str):
+            return {"type": "str", "value": str(v)}
+        if isinstance(v, slice):
+            return {"type": "slice", "value": [_slice_part(v.start), _slice_part(v.stop), _slice_part(v.step)]}
+        if v is Ellipsis:
+            return {"type": "ellipsis", "value": "..."}
+        if isinstance(v, torch.memory_format):
+            return {"type": "torch.memory_format", "format": str(v).split(".")[-1]}
+        if isinstance(v, (torch.dtype, torch.device)):
+            return {}
+        mod = cls.__module__
+        if mod == "numpy":
+            return self._numpy(v, path, save)
+        if "ProcessGroup" in cls.__name__:
+            return self._group(v)
+        if cls.__name__ in ("ReduceOp", "RedOpType"):
+            return {"type": "torch.distributed.ReduceOp", "value": str(v)}
+        return None
+
+    def kwargs_value(self, key, v, path, save):
+        if key in ("dtype", "output_dtype") and isinstance(v, torch.dtype):
+            return {"type": "torch.dtype", "value": str(v)}
+        if key == "device":
+            if isinstance(v, torch.device):
+                return {"type": "torch.device", "value": f"{v.type}:{v.index}"}
+            if isinstance(v, (str, int)):
+                return {"type": "torch.device", "value": v}
+        return self.convert(v, path, save)
+
+    def _numpy(self, v, path, save):
+        import numpy as np
+        if isinstance(v, np.ndarray):
+            rec = {"type": "numpy.ndarray", "dtype": str(v.dtype), "shape": list(v.shape),
+                   "Max": None, "Min": None, "Mean": None, "Norm": None}
+            if v.size and v.dtype.kind in "biuf":
+                a = v.astype(np.float32) if v.dtype.kind != "f" or v.dtype == np.float64 else v
+                rec.update(Max=jw.number(float(a.max())), Min=jw.number(float(a.min())),
+                           Mean=jw.number(float(a.mean())), Norm=jw.number(float(np.linalg.norm(a.ravel()))))
+            return rec
+        if isinstance(v, np.generic):
+            item = v.item()
+            return {"type": type(v).__name__, "value": jw.number(item) if isinstance(item, float) else item}
+        return None
+
+    def _group(self, g):
+        try:
+            import torch.distributed as dist
+            ranks = dist.get_process_group_ranks(g)
+        except Exception:
+            ranks = []
+        return {"type": "torch.ProcessGroup", "group_ranks": ranks,
+                "group_id": "%08x" % (zlib.crc32(str(ranks).encode()) & 0xFFFFFFFF)}
+
+    def _save_for(self, name):
+        if self.save_tensors:
+            return True
+        if self.tensor_list:
+            return any(item in name for item in self.tensor_list)
+        return False
+
+    # ------------------------------------------------------------------ APIs
+    def api_inputs(self, name, args, kwargs, record_stack):
+        """Record forward inputs of API ``name``; returns the pending record (or None when filtered)."""
+        if self.mix_construct:
+            self.construct[name] = self.fwd_module_stack[-1] if self.fwd_module_stack else None
+        if not self.wanted(name):
+            return None
+        save = self._save_for(name) or self.overflow
+        rec = {}
+        if self.fwd_in:
+            rec["input_args"] = [self.convert(a, f"{name}.input.{i}", save) for i, a in enumerate(args)]
+            rec["input_kwargs"] = {k: self.kwargs_value(k, v, f"{name}.kwargs.{k}", save)
+                                   for k, v in kwargs.items()}
+        else:
+            rec["input_args"] = []
+            rec["input_kwargs"] = {}
+        rec["is_recompute"] = False
+        if not self.overflow:
+            self.data[name] = rec
+        if record_stack:
+            self.stack.add(name, skip=4)
+        return rec
+
+    def api_outputs(self, name, rec, out, distributed=False, args=(), kwargs=None):
+        if rec is None:
+            return
+        save = self._save_for(name) or self.overflow
+        if self.fwd_out:
+            if distributed:
+                vals = list(args) + list((kwargs or {}).values())
+                rec["output"] = [self.convert(v, f"{name}.output.{i}", save) for i, v in enumerate(vals)]
+            else:
+                outs = out if isinstance(out, (tuple, list)) and not isinstance(out, torch.Size) else [out]
+                rec["output"] = [self.convert(v, f"{name}.output.{i}", save) for i, v in enumerate(outs)]
+        else:
+            rec["output"] = []
+        if self.overflow:
+            self._overflow_check(name, rec)
+        elif len(self.data) % FLUSH_STATS_EVERY == 0:
+            self.stats.resolve()
+
+    def api_backward(self, name, grad_outputs, grad_inputs):
+        """Backward of API ``name``: grads w.r.t. its outputs (input) and inputs (output)."""
+        if self.mix_construct:
+            self.construct[name] = self.bwd_module_stack[-1] if self.bwd_module_stack else None
+        if not self.wanted(name):
+            return
+        save = self._save_for(name) or self.overflow
+        rec = {}
+        rec["input"] = [self.convert(g, f"{name}.input.{i}", save) for i, g in enumerate(grad_outputs)] \
+            if self.bwd_in else []
+        rec["output"] = [self.convert(g, f"{name}.output.{i}", save) for i, g in enumerate(grad_inputs)] \
+            if self.bwd_out else []
+        if self.overflow:
+            self._overflow_check(name, rec)
+        else:
+            self.data[name] = rec
+
+    def _overflow_check(self, name, rec):
+        self.stats.resolve()
+        if not overflow_in(_stat_values(rec)):
+            self._discard_files(rec)
+            return
+        self.data[name] = rec
+        if self.overflow_left > 0:
+            self.overflow_left -= 1
+            if self.overflow_left == 0:
+                self.terminated = True
+
+    def _discard_files(self, rec):
+        if self.tensor_dir is None:
+            return
+        self.writer.wait()
+        for leaf in _tensor_leaves(rec):
+            dn = leaf.get("data_name")
+            if dn:
+                try:
+                    os.unlink(os.path.join(self.tensor_dir, dn))
+                except OSError:
+                    pass
+
+    # ------------------------------------------------------------------ modules
+    def wanted_peek(self, name):
+        """Would ``name`` be recorded? (no change to the scope's range state)"""
+        sc = self.scope
+        if sc is None:
+            return True
+        if sc.start is not None and not sc.in_range and name != sc.start:
+            return False
+        return not sc.names or sc.open_expanders > 0 or any(item in name for item in sc.names)
+
+    def module_inputs(self, name, args, kwargs):
+        save = self._save_for(name) or self.overflow
+        return ([self.convert(a, f"{name}.input.{i}", save) for i, a in enumerate(args)],
+                {k: self.kwargs_value(k, v, f"{name}.kwargs.{k}", save) for k, v in kwargs.items()})
+
+    def module_forward(self, name, parent, inputs, out, params, record_stack):
+        if self.module_construct:
+            self.construct.pop(name, None)
+            self.construct[name] = parent
+        if not self.wanted(name):
+            return False
+        save = self._save_for(name) or self.overflow
+        rec = {}
+        if inputs is not None:
+            rec["input_args"], rec["input_kwargs"] = inputs
+        else:
+            rec["input_args"], rec["input_kwargs"] = [], {}
+        if self.fwd_out:
+            outs = out if isinstance(out, (tuple, list)) else [out]
+            rec["output"] = [self.convert(v, f"{name}.output.{i}", save) for i, v in enumerate(outs)]
+        else:
+            rec["output"] = []
+        rec["parameters"] = {pn: self.convert(p, f"{name}.parameters.{pn}", save) for pn, p in params}
+        rec["is_recompute"] = False
+        if self.overflow:
+            self._overflow_check(name, rec)
+        else:
+            self.data.pop(name, None)
+            self.data[name] = rec
+        if record_stack:
+            self.stack.add(name, skip=4)
+        return True
+
+    def param_grad_placeholder(self, key, names):
+        if self.overflow or not self.want_backward:
+            return
+        self.data.pop(key, None)
+        self.data[key] = {n: [None] for n in names}
+
+    def param_grad(self, key, pname, grad):
+        if self.overflow or not self.want_backward:
+            return
+        rec = self.data.get(key)
+        if rec is None:
+            rec = self.data[key] = {}
+        save = self._save_for(key)
+        rec[pname] = [self.convert(grad, f"{key}.{pname}", save)]
+
+    def module_backward(self, name, parent, grad_outputs, grad_inputs):
+        if self.module_construct:
+            self.construct[name] = parent
+        if not self.wanted(name):
+            return
+        save = self._save_for(name) or self.overflow
+        rec = {"input": [self.convert(g, f"{name}.input.{i}", save) for i, g in enumerate(grad_outputs)]
+               if self.bwd_in else [],
+               "output": [self.convert(g, f"{name}.output.{i}", save) for i, g in enumerate(grad_inputs)]
+               if self.bwd_out else []}
+        if self.overflow:
+            self._overflow_check(name, rec)
+        else:
+            self.data[name] = rec
+
+    # ------------------------------------------------------------------ debug save
+    def debug_save(self, name, value, grad=False):
+        n = self.debug_count.get(name, 0)
+        if not grad:
+            self.debug_count[name] = n + 1
+        key = f"{name}.{n}.debug"
+        save = self.save_tensors
+        self.debug[key] = self.convert(value, key, save)
+        return n
+
+    def debug_grad(self, key, value):
+        self.debug[key] = self.convert(value, key, self.save_tensors)
+
+    # ------------------------------------------------------------------ files
+    def header(self):
+        return {"task": self.task, "level": self.level, "framework": self.framework,
+                "dump_data_dir": self.tensor_dir if (self.tensor_dir and (self.save_tensors or self.overflow
+                                                                           or self.tensor_list)) else None}
+
+    def flush(self):
+        """Resolve pending statistics and rewrite the step's JSON files."""
+        if self.step_dir is None:
+            return
+        for finish in list(getattr(self, "pending_backward", {}).values()):
+            finish()
+        self.stats.resolve()
+        self.writer.wait()
+        if self.level == "debug":
+            out = self.header()
+            out["data"] = self.debug
+            jw.write_json(os.path.join(self.step_dir, "debug.json"), out)
+            return
+        out = self.header()
+        out["data"] = self.data
+        jw.write_json(os.path.join(self.step_dir, "dump.json"), out)
+        jw.write_json(os.path.join(self.step_dir, "stack.json"), self.stack.to_json())
+        jw.write_json(os.path.join(self.step_dir, "construct.json"), self.construct)
+
+
+def _slice_part(x):
+    if x is None or isinstance(x, int):
+        return x
+    try:
+        return int(x)
+    except Exception:
+        return None
+
+
+def _tensor_leaves(obj):
+    stack = [obj]
+    while stack:
+        o = stack.pop()
+        if isinstance(o, dict):
+            if "dtype" in o and "shape" in o:
+                yield o
+            else:
+                stack.extend(o.values())
+        elif isinstance(o, list):
+            stack.extend(o)
+
+
+def _stat_values(rec):
+    for leaf in _tensor_leaves(rec):
+        yield leaf.get("Max")
+        yield leaf.get("Min")

@@ -1,0 +1,635 @@
+"""Capturing PyTorch API calls and module calls without changing the training.
+
+How calls are seen
+  * ``torch.*``, ``torch.nn.functional.*`` and ``torch._VF.*``: through a ``TorchFunctionMode`` that
+    is pushed at ``start()`` and popped at ``stop()``. Nothing is monkey-patched for them, so names
+    bound before the debugger existed (``from torch import relu``) are seen, and identity checks such
+    as ``activation_func is F.gelu`` keep holding.
+  * ``torch.Tensor`` methods (``__add__``, ``add_``, ...): the class attributes are wrapped, because
+    the reference names ``x + y`` ``Tensor.__add__`` and a function mode only sees ``add``. Method
+    lookups happen at call time, so early binding is not an issue for them.
+  * ``torch.distributed`` and ``torch_npu`` functions: wrapped module attributes (they do not go
+    through ``__torch_function__``).
+  Only the outermost call of a chain is recorded (a per-thread depth counter); the tool's own
+  tensor work runs at depth > 0 and under ``DisableTorchFunction``, so it is never recorded.
+
+Backward
+  * API backward: a post-hook on the ``grad_fn`` node of the first output tensor (the reference's
+    semantics: ``input`` = grads of the node's outputs, ``output`` = grads of its inputs).
+  * Module backward: tensor hooks on the module's outputs (grads flowing in) and on its tensor
+    inputs that require grad (grads flowing out). No node is inserted into the autograd graph, so
+    gradient values and their accumulation order are exactly those of a run without the tool.
+  * Parameter gradients: tensor hooks on the parameters (the incoming gradient, as 8.x records).
+
+Every hook body runs inside ``guard``: an exception is written once per name to
+``dump_error_info.log`` and training goes on.
+"""
+import functools
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_DROPOUT = {"Functional.dropout", "Functional.dropout1d", "Functional.dropout2d", "Functional.dropout3d",
+            "Functional.alpha_dropout", "Functional.feature_alpha_dropout", "Torch.dropout", "Torch.dropout_",
+            "Torch.alpha_dropout", "Torch.alpha_dropout_", "Torch.feature_alpha_dropout",
+            "Torch.feature_alpha_dropout_", "Torch.feature_dropout", "Torch.feature_dropout_",
+            "NPU._npu_dropout"}
+_TENSOR_BACKWARD = torch.Tensor.backward
+_MISSING = object()
+_DisableTF = torch._C.DisableTorchFunction
+
+
+class _TLS(threading.local):
+    depth = 0
+
+
+TLS = _TLS()
+
+
+class _Runtime:
+    """Process-wide switches read on every wrapped call (kept as plain attributes: one lookup)."""
+    on = False
+    service = None
+
+
+RT = _Runtime()
+
+
+@functools.lru_cache(maxsize=1)
+def api_lists():
+    with open(os.path.join(_HERE, "api_lists.json"), encoding="utf-8") as f:
+        data = json.load(f)
+    data.pop("_comment", None)
+    return data
+
+
+def _resolve(root, dotted):
+    obj = root
+    for part in dotted.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj
+
+
+def function_names(npu_module=None):
+    """{function object: "Prefix.name"} for everything the function mode records."""
+    import torch.nn.functional as F
+    lists = api_lists()
+    names = {}
+
+    def add(obj, label):
+        if obj is None or not callable(obj):
+            return
+        try:
+            if obj in names:
+                return
+        except TypeError:
+            return
+        names[obj] = label
+
+    # Functional first: F.conv2d is torch.conv2d, and the reference's nn modules reach it through F.
+    for n in lists["functional"]:
+        add(getattr(F, n, None), f"Functional.{n}")
+    for n in lists["_VF"]:
+        add(getattr(torch._VF, n, None), f"VF.{n}")
+    for n in lists["torch"]:
+        add(_resolve(torch, n), f"Torch.{n.split('.')[-1]}")
+    return names
+
+
+def first_tensor(obj, depth=0):
+    if isinstance(obj, torch.Tensor):
+        return obj
+    if depth > 50:
+        return None
+    if isinstance(obj, (list, tuple)):
+        for x in obj:
+            t = first_tensor(x, depth + 1)
+            if t is not None:
+                return t
+    elif isinstance(obj, dict):
+        for x in obj.values():
+            t = first_tensor(x, depth + 1)
+            if t is not None:
+                return t
+    return None
+
+
+def _tensors(obj, out, depth=0):
+    if isinstance(obj, torch.Tensor):
+        out.append(obj)
+    elif depth < 50 and isinstance(obj, (list, tuple)):
+        for x in obj:
+            _tensors(x, out, depth + 1)
+    elif depth < 50 and isinstance(obj, dict):
+        for x in obj.values():
+            _tensors(x, out, depth + 1)
+    return out
+
+
+class ErrorLog:
+    """dump_error_info.log: the first failure of each name, with its traceback."""
+
+    def __init__(self, directory):
+        self.directory = directory
+        self.seen = set()
+
+    def record(self, where, exc):
+        key = (where.rsplit(".", 2)[0] if where else "", type(exc).__name__)
+        if key in self.seen:
+            return
+        self.seen.add(key)
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+            path = os.path.join(self.directory, "dump_error_info.log")
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] msprobe could not record {where}: "
+                        f"{type(exc).__name__}: {exc}\n")
+                f.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+                f.write("\n")
+            import logging
+            logging.getLogger("msprobe").warning(
+                "msprobe: could not record %s (%s: %s); training continues, details in %s",
+                where, type(exc).__name__, exc, path)
+        except Exception:
+            pass
+
+
+_FunctionType = type(lambda: None)
+_CALL_OPS = {"CALL", "CALL_KW", "CALL_FUNCTION", "CALL_FUNCTION_KW", "CALL_METHOD"}
+
+
+@functools.lru_cache(maxsize=4096)
+def _call_sites(code):
+    """{bytecode offset: (n positional, keyword names)} for every plain call in ``code``."""
+    import dis
+    sites = {}
+    ins_list = list(dis.get_instructions(code))
+    for i, ins in enumerate(ins_list):
+        if ins.opname not in _CALL_OPS or ins.arg is None:
+            continue
+        kw = ()
+        for prev in reversed(ins_list[max(0, i - 3):i]):
+            if prev.opname == "KW_NAMES":
+                kw = code.co_consts[prev.arg]
+                break
+            if ins.opname in ("CALL_KW", "CALL_FUNCTION_KW") and prev.opname == "LOAD_CONST":
+                kw = prev.argval
+                break
+        if not isinstance(kw, tuple):
+            continue
+        end = ins_list[i + 1].offset if i + 1 < len(ins_list) else ins.offset + 2
+        for off in range(ins.offset, end, 2):
+            sites[off] = (ins.arg - len(kw), kw)
+    return sites
+
+
+def _as_called(func, args, kwargs):
+    """Python-level torch functions hand their parameters to ``__torch_function__`` re-packed (most
+    as keywords). Rebuild the caller's own split into positional and keyword arguments from the
+    call site's bytecode, so records match what the user wrote (and the reference's records)."""
+    try:
+        f = sys._getframe(3)           # _as_called <- __torch_function__ <- handle_torch_function
+        while f is not None and f.f_code.co_name == "handle_torch_function":
+            f = f.f_back
+        if f is None:
+            return args, kwargs
+        impl = f.f_code                # the function that dispatched (its parameters order args/kwargs)
+        params = impl.co_varnames[:impl.co_argcount + impl.co_kwonlyargcount]
+        code = func.__code__
+        for _ in range(12):
+            if f is None or f.f_code is code:
+                break
+            f = f.f_back
+        if f is None or f.f_code is not code or f.f_back is None:
+            return args, kwargs
+        caller = f.f_back
+        site = _call_sites(caller.f_code).get(caller.f_lasti)
+        if site is None or not params:
+            return args, kwargs
+        npos, kwnames = site
+        values = dict(zip(params, args))
+        values.update(kwargs)
+        new_args = tuple(values[p] for p in params[:npos] if p in values)
+        if len(new_args) != npos:
+            return args, kwargs
+        return new_args, {k: values[k] for k in kwnames if k in values}
+    except Exception:
+        return args, kwargs
+
+
+class _Mode(TorchFunctionMode):
+    """Records ``torch.*`` / ``F.*`` / ``_VF.*`` calls by function object."""
+
+    def __init__(self, hooks):
+        super().__init__()
+        self.hooks = hooks
+        self.names = hooks.func_names
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if kwargs is None:
+            kwargs = {}
+        if TLS.depth or not RT.on:
+            return func(*args, **kwargs)
+        try:
+            name = self.names.get(func)
+        except TypeError:
+            name = None
+        if name is not None:
+            if func.__class__ is _FunctionType:
+                return self.hooks.call(name, func, args, kwargs, shown=_as_called(func, args, kwargs))
+            return self.hooks.call(name, func, args, kwargs)
+        if func is _TENSOR_BACKWARD:
+            return self.hooks.tensor_backward(func, args, kwargs)
+        return func(*args, **kwargs)
+
+
+class Hooks:
+    """Installs and removes the capture machinery; routes captured calls to the collector."""
+
+    def __init__(self, service):
+        self.service = service
+        self.col = service.collector
+        self.errors = service.errors
+        self.record_stack = True
+        self.api_level = service.cfg.level in ("L1", "mix")
+        self.module_level = service.cfg.level in ("L0", "mix")
+        self.func_names = function_names()
+        self.mode = _Mode(self)
+        self._patched = []          # (owner, attr, original)
+        self._mode_pushed = False
+        self.hooked_models = []
+        self._module_handles = []
+        self._param_handles = []
+
+    # ------------------------------------------------------------------ install
+    def install_api_patches(self, npu_module=None):
+        if not self.api_level or self._patched:
+            return
+        lists = api_lists()
+        for n in lists["tensor"]:
+            raw = getattr(torch.Tensor, n, None)
+            if raw is None or not callable(raw) or isinstance(torch.Tensor.__dict__.get(n), (staticmethod, classmethod, property)):
+                continue
+            self._patch(torch.Tensor, n, self._wrapper(f"Tensor.{n}", raw))
+        try:
+            import torch.distributed as dist
+            import torch.distributed.distributed_c10d as c10d
+            if dist.is_available():
+                for n in lists["distributed"]:
+                    for owner in (dist, c10d):
+                        orig = getattr(owner, n, None)
+                        if callable(orig):
+                            self._patch(owner, n, self._wrapper(f"Distributed.{n}", orig, distributed=True))
+        except Exception:
+            pass
+        if npu_module is not None:
+            for n in lists["torch_npu"]:
+                orig = getattr(npu_module, n, None)
+                if callable(orig):
+                    self._patch(npu_module, n, self._wrapper(f"NPU.{n}", orig))
+            dist_npu = getattr(npu_module, "distributed", None)
+            if dist_npu is not None:
+                for n in lists["npu_distributed"]:
+                    orig = getattr(dist_npu, n, None)
+                    if callable(orig):
+                        self._patch(dist_npu, n, self._wrapper(f"Distributed.{n}", orig, distributed=True))
+
+    def _patch(self, owner, attr, new):
+        original = owner.__dict__.get(attr, _MISSING) if isinstance(owner, type) else getattr(owner, attr)
+        setattr(owner, attr, new)
+        self._patched.append((owner, attr, original))
+
+    def restore(self):
+        for owner, attr, original in reversed(self._patched):
+            try:
+                if original is _MISSING:
+                    delattr(owner, attr)
+                else:
+                    setattr(owner, attr, original)
+            except Exception:
+                pass
+        self._patched = []
+        self.pop_mode()
+        for h in self._module_handles + self._param_handles:
+            try:
+                h.remove()
+            except Exception:
+                pass
+        self._module_handles, self._param_handles = [], []
+
+    def _wrapper(self, name, orig, distributed=False):
+        hooks = self
+
+        def wrapper(*args, **kwargs):
+            if not RT.on or TLS.depth:
+                return orig(*args, **kwargs)
+            return hooks.call(name, orig, args, kwargs, distributed)
+
+        try:
+            functools.update_wrapper(wrapper, orig)
+        except Exception:
+            pass
+        wrapper.__msprobe_original__ = orig
+        return wrapper
+
+    def push_mode(self):
+        if self.api_level and not self._mode_pushed:
+            torch._C._push_on_torch_function_stack(self.mode)
+            self._mode_pushed = True
+
+    def pop_mode(self):
+        if not self._mode_pushed:
+            return
+        self._mode_pushed = False
+        try:
+            n = torch._C._len_torch_function_stack()
+            above = []
+            while n > 0:
+                m = torch._C._pop_torch_function_stack()
+                n -= 1
+                if m is self.mode:
+                    break
+                above.append(m)
+            for m in reversed(above):
+                torch._C._push_on_torch_function_stack(m)
+        except Exception:
+            pass
+
+    # ------------------------------------------------------------------ API calls
+    def call(self, name, func, args, kwargs, distributed=False, shown=None):
+        col = self.col
+        n = col.api_count.get(name, 0)
+        fwd = f"{name}.{n}.forward"
+        TLS.depth += 1
+        try:
+            rec = None
+            try:
+                with _DisableTF():
+                    if shown is None:
+                        rec = col.api_inputs(fwd, args, kwargs, self.record_stack)
+                    else:
+                        rec = col.api_inputs(fwd, shown[0], shown[1], self.record_stack)
+            except Exception as exc:
+                self.errors.record(fwd, exc)
+            out = func(*args, **kwargs)
+            col.api_count[name] = n + 1
+            try:
+                with _DisableTF():
+                    col.api_outputs(fwd, rec, out, distributed, args, kwargs)
+                    if col.want_backward and not distributed:
+                        self._api_backward_hook(name, n, out, args, kwargs)
+                    if col.terminated:
+                        self.service.overflow_done()
+            except Exception as exc:
+                self.errors.record(fwd, exc)
+            return out
+        finally:
+            TLS.depth -= 1
+
+    def _api_backward_hook(self, name, n, out, args, kwargs):
+        if not torch.is_grad_enabled():
+            return
+        if name in _DROPOUT:
+            p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
+            if p == 0:
+                return
+        t = first_tensor(out)
+        if t is None or not t.requires_grad:
+            return
+        node = t.grad_fn
+        if node is None:
+            return
+        col = self.col
+        gen = col.generation
+        bname = f"{name}.{n}.backward"
+        errors = self.errors
+
+        def post(grad_inputs, grad_outputs):
+            if col.generation != gen or TLS.depth:
+                return None
+            TLS.depth += 1
+            try:
+                with _DisableTF():
+                    col.api_backward(bname, grad_outputs, grad_inputs)
+            except Exception as exc:
+                errors.record(bname, exc)
+            finally:
+                TLS.depth -= 1
+            return None
+
+        node.register_hook(post)
+
+    def tensor_backward(self, func, args, kwargs):
+        """``loss.backward()``: make the implicit ones-gradient through a recorded ``torch.ones_like``
+        (as autograd itself does), so the dump matches the reference's ``Torch.ones_like`` entry."""
+        t = args[0] if args else kwargs.get("self")
+        gradient = args[1] if len(args) > 1 else kwargs.get("gradient")
+        if gradient is None and isinstance(t, torch.Tensor) and t.requires_grad and t.numel() == 1 \
+                and "Torch.ones_like" in self.func_names.values():
+            gradient = self.call("Torch.ones_like", torch.ones_like, (t,), {"memory_format": torch.preserve_format})
+            args = (t, gradient) + tuple(args[2:])
+            kwargs = {k: v for k, v in kwargs.items() if k not in ("self", "gradient")}
+        return func(*args, **kwargs)
+
+    # ------------------------------------------------------------------ modules
+    def register_model(self, model):
+        if any(model is m for m in self.hooked_models):
+            return
+        self.hooked_models.append(model)
+        models = list(model) if isinstance(model, (list, tuple)) else [model]
+        many = isinstance(model, (list, tuple))
+        for i, root in enumerate(models):
+            for qual, mod in root.named_modules():
+                if mod is root:
+                    continue
+                if type(mod).__name__ == "FullyShardedDataParallel":
+                    continue
+                prefix = f"Module.{i}.{qual}" if many else f"Module.{qual}"
+                prefix = f"{prefix}.{type(mod).__name__}"
+                self._hook_module(mod, prefix)
+
+    def _hook_module(self, mod, prefix):
+        hooks = self
+        col = self.col
+        frames = []
+        params = [(n, p) for n, p in mod.named_parameters(recurse=False)]
+        grad_key = f"{prefix}.parameters_grad"
+
+        def pre(module, args, kwargs):
+            if not RT.on or TLS.depth:
+                return None
+            TLS.depth += 1
+            try:
+                n = col.module_count.get(prefix, 0)
+                col.module_count[prefix] = n + 1
+                name = f"{prefix}.forward.{n}"
+                with _DisableTF():
+                    scope = col.scope
+                    expand = False
+                    if scope is not None:
+                        if scope.start == name:
+                            scope.in_range = True
+                        if col.level == "mix" and scope.module_matches(name):
+                            scope.open_expanders += 1
+                            expand = True
+                    parent = col.fwd_module_stack[-1] if col.fwd_module_stack else None
+                    col.fwd_module_stack.append(name)
+                    inputs = None
+                    if col.fwd_in and col.wanted_peek(name):
+                        inputs = col.module_inputs(name, args, kwargs)
+                    frames.append((name, n, parent, expand, inputs, col.generation))
+            except Exception as exc:
+                hooks.errors.record(prefix, exc)
+            finally:
+                TLS.depth -= 1
+            return None
+
+        def post(module, args, kwargs, output):
+            if not frames:
+                return None
+            name, n, parent, expand, inputs, gen = frames.pop()
+            if gen != col.generation:
+                return None
+            TLS.depth += 1
+            try:
+                with _DisableTF():
+                    if col.fwd_module_stack and col.fwd_module_stack[-1] == name:
+                        col.fwd_module_stack.pop()
+                    elif name in col.fwd_module_stack:
+                        col.fwd_module_stack.remove(name)
+                    if expand:
+                        col.scope.open_expanders -= 1
+                    kept = col.module_forward(name, parent, inputs, output, params, hooks.record_stack)
+                    if kept and params and col.want_backward and any(p.requires_grad for _, p in params):
+                        col.param_grad_placeholder(grad_key, [pn for pn, p in params if p.requires_grad])
+                    if col.want_backward and torch.is_grad_enabled():
+                        hooks._module_backward_hooks(prefix, n, args, output)
+            except Exception as exc:
+                hooks.errors.record(name, exc)
+            finally:
+                TLS.depth -= 1
+            return None
+
+        self._module_handles.append(mod.register_forward_pre_hook(pre, with_kwargs=True))
+        self._module_handles.append(mod.register_forward_hook(post, with_kwargs=True, prepend=True))
+        for pn, p in params:
+            if p.requires_grad:
+                self._param_handles.append(p.register_hook(self._param_hook(grad_key, pn)))
+
+    def _param_hook(self, key, pname):
+        col = self.col
+        errors = self.errors
+
+        def hook(grad):
+            if TLS.depth or key not in col.data:
+                return None
+            TLS.depth += 1
+            try:
+                with _DisableTF():
+                    col.param_grad(key, pname, grad)
+            except Exception as exc:
+                errors.record(key, exc)
+            finally:
+                TLS.depth -= 1
+            return None
+
+        return hook
+
+    def _module_backward_hooks(self, prefix, n, args, output):
+        outs = [t for t in _tensors(output, []) if t.requires_grad]
+        if not outs:
+            return
+        ins = [a for a in args if isinstance(a, torch.Tensor)]
+        need_in = [i for i, a in enumerate(ins) if a.requires_grad]
+        col = self.col
+        errors = self.errors
+        gen = col.generation
+        name = f"{prefix}.backward.{n}"
+        state = {"out": [None] * len(outs), "got_out": 0, "in": [None] * len(ins), "left": len(need_in),
+                 "parent": None, "started": False, "done": False}
+
+        def finish():
+            if state["done"]:
+                return
+            state["done"] = True
+            if name in col.bwd_module_stack:
+                col.bwd_module_stack.remove(name)
+            grads_in = state["in"] if need_in else []
+            col.module_backward(name, state["parent"], state["out"], grads_in)
+            col.pending_backward.pop(name, None)
+
+        def out_hook(i):
+            def hook(grad):
+                if col.generation != gen or state["done"] or TLS.depth:
+                    return None
+                TLS.depth += 1
+                try:
+                    with _DisableTF():
+                        state["out"][i] = grad
+                        state["got_out"] += 1
+                        if not state["started"]:
+                            state["started"] = True
+                            state["parent"] = col.bwd_module_stack[-1] if col.bwd_module_stack else None
+                            col.bwd_module_stack.append(name)
+                            col.pending_backward[name] = finish
+                        if not need_in and state["got_out"] >= len(outs):
+                            finish()
+                except Exception as exc:
+                    errors.record(name, exc)
+                finally:
+                    TLS.depth -= 1
+                return None
+            return hook
+
+        def in_hook(j):
+            def hook(grad):
+                if col.generation != gen or state["done"] or TLS.depth:
+                    return None
+                TLS.depth += 1
+                try:
+                    with _DisableTF():
+                        state["in"][j] = grad
+                        state["left"] -= 1
+                        if state["left"] <= 0:
+                            finish()
+                except Exception as exc:
+                    errors.record(name, exc)
+                finally:
+                    TLS.depth -= 1
+                return None
+            return hook
+
+        for i, t in enumerate(outs):
+            self._on_grad(t, 2, out_hook(i), gen)
+        for j in need_in:
+            self._on_grad(ins[j], 1, in_hook(j), gen)
+
+    def _on_grad(self, t, slot, fn, gen):
+        """One tensor hook per tensor per step; consumers' input-grad handlers run before producers'
+        output-grad handlers, so a module's backward ends before the one feeding it begins."""
+        entry = getattr(t, "_msprobe_grad_hooks", None)
+        if entry is None or entry[0] != gen:
+            entry = [gen, [], []]
+            try:
+                t._msprobe_grad_hooks = entry
+            except Exception:
+                pass
+
+            def dispatch(grad, e=entry):
+                for f in e[1]:
+                    f(grad)
+                for f in e[2]:
+                    f(grad)
+                return None
+
+            self.col.grad_hook_handles.append(t.register_hook(dispatch))
+        entry[slot].append(fn)
