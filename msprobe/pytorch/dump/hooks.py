@@ -43,6 +43,7 @@ _DROPOUT = {"Functional.dropout", "Functional.dropout1d", "Functional.dropout2d"
             "NPU._npu_dropout"}
 _TENSOR_BACKWARD = torch.Tensor.backward
 _MISSING = object()
+_WALK_LIMIT = 20000
 _DisableTF = torch._C.DisableTorchFunction
 
 
@@ -486,7 +487,12 @@ class Hooks:
                     inputs = None
                     if col.fwd_in and col.wanted_peek(name):
                         inputs = col.module_inputs(name, args, kwargs)
-                    frames.append((name, n, parent, expand, inputs, col.generation))
+                    edges = None
+                    if col.want_backward and torch.is_grad_enabled():
+                        edges = [(j, a.grad_fn, a.output_nr, a) for j, a in
+                                 enumerate(x for x in args if isinstance(x, torch.Tensor)) if a.requires_grad]
+                        edges.append(sum(1 for x in args if isinstance(x, torch.Tensor)))
+                    frames.append((name, n, parent, expand, inputs, col.generation, edges))
             except Exception as exc:
                 hooks.errors.record(prefix, exc)
             finally:
@@ -496,7 +502,7 @@ class Hooks:
         def post(module, args, kwargs, output):
             if not frames:
                 return None
-            name, n, parent, expand, inputs, gen = frames.pop()
+            name, n, parent, expand, inputs, gen, edges = frames.pop()
             if gen != col.generation:
                 return None
             TLS.depth += 1
@@ -511,8 +517,8 @@ class Hooks:
                     kept = col.module_forward(name, parent, inputs, output, params, hooks.record_stack)
                     if kept and params and col.want_backward and any(p.requires_grad for _, p in params):
                         col.param_grad_placeholder(grad_key, [pn for pn, p in params if p.requires_grad])
-                    if col.want_backward and torch.is_grad_enabled():
-                        hooks._module_backward_hooks(prefix, n, args, output)
+                    if edges is not None and torch.is_grad_enabled():
+                        hooks._module_backward_hooks(prefix, n, edges, output)
             except Exception as exc:
                 hooks.errors.record(name, exc)
             finally:
@@ -544,18 +550,63 @@ class Hooks:
 
         return hook
 
-    def _module_backward_hooks(self, prefix, n, args, output):
+    def _module_backward_hooks(self, prefix, n, edges, output):
+        """Backward of a module without touching the autograd graph.
+
+        ``input`` (grads of the outputs): a tensor hook on each output. ``output`` (grads of the
+        inputs, this module's contribution only, as a full backward hook reports them): post-hooks on
+        the nodes inside the module that consume each input, found by walking the graph from the
+        outputs back to the inputs' producers; a record is complete when all of them have run.
+        """
         outs = [t for t in _tensors(output, []) if t.requires_grad]
         if not outs:
             return
-        ins = [a for a in args if isinstance(a, torch.Tensor)]
-        need_in = [i for i, a in enumerate(ins) if a.requires_grad]
+        n_ins = edges[-1]
+        edges = edges[:-1]
         col = self.col
         errors = self.errors
         gen = col.generation
         name = f"{prefix}.backward.{n}"
-        state = {"out": [None] * len(outs), "got_out": 0, "in": [None] * len(ins), "left": len(need_in),
-                 "parent": None, "started": False, "done": False}
+        by_edge = {}
+        by_leaf = {}
+        for j, fn, nr, a in edges:
+            if fn is None:
+                by_leaf[id(a)] = j
+            else:
+                by_edge[(fn, nr)] = j
+        input_fns = {fn for (fn, _nr) in by_edge}
+        identity = []                      # (output index, input index) for outputs that are inputs
+        for i, t in enumerate(outs):
+            j = by_edge.get((t.grad_fn, t.output_nr)) if t.grad_fn is not None else by_leaf.get(id(t))
+            if j is not None:
+                identity.append((i, j))
+        consumers = {}
+        if edges:
+            seen = set()
+            todo = [t.grad_fn for t in outs if t.grad_fn is not None and t.grad_fn not in input_fns]
+            while todo:
+                node = todo.pop()
+                if node in seen:
+                    continue
+                seen.add(node)
+                if len(seen) > _WALK_LIMIT:
+                    consumers = None
+                    break
+                for pos, (nf, nr) in enumerate(node.next_functions):
+                    if nf is None:
+                        continue
+                    j = by_edge.get((nf, nr))
+                    if j is None and by_leaf and type(nf).__name__ == "AccumulateGrad":
+                        j = by_leaf.get(id(getattr(nf, "variable", None)))
+                    if j is not None:
+                        consumers.setdefault(node, []).append((pos, j))
+                    elif nf not in input_fns and type(nf).__name__ != "AccumulateGrad":
+                        todo.append(nf)
+        if consumers is None:
+            consumers = {}
+        state = {"out": [None] * len(outs), "got_out": 0, "in": [None] * n_ins,
+                 "left": len(consumers), "parent": None, "started": False, "done": False}
+        need_in = bool(edges)
 
         def finish():
             if state["done"]:
@@ -563,8 +614,10 @@ class Hooks:
             state["done"] = True
             if name in col.bwd_module_stack:
                 col.bwd_module_stack.remove(name)
-            grads_in = state["in"] if need_in else []
-            col.module_backward(name, state["parent"], state["out"], grads_in)
+            for i, j in identity:
+                if state["in"][j] is None:
+                    state["in"][j] = state["out"][i]
+            col.module_backward(name, state["parent"], state["out"], state["in"] if need_in else [])
             col.pending_backward.pop(name, None)
 
         def out_hook(i):
@@ -581,7 +634,7 @@ class Hooks:
                             state["parent"] = col.bwd_module_stack[-1] if col.bwd_module_stack else None
                             col.bwd_module_stack.append(name)
                             col.pending_backward[name] = finish
-                        if not need_in and state["got_out"] >= len(outs):
+                        if state["left"] <= 0 and state["got_out"] >= len(outs):
                             finish()
                 except Exception as exc:
                     errors.record(name, exc)
@@ -590,14 +643,19 @@ class Hooks:
                 return None
             return hook
 
-        def in_hook(j):
-            def hook(grad):
+        def node_hook(slots):
+            def hook(grad_inputs, grad_outputs):
                 if col.generation != gen or state["done"] or TLS.depth:
                     return None
                 TLS.depth += 1
                 try:
-                    with _DisableTF():
-                        state["in"][j] = grad
+                    with _DisableTF(), torch.no_grad():
+                        for pos, j in slots:
+                            g = grad_inputs[pos] if pos < len(grad_inputs) else None
+                            if g is None:
+                                continue
+                            prev = state["in"][j]
+                            state["in"][j] = g if prev is None else prev + g
                         state["left"] -= 1
                         if state["left"] <= 0:
                             finish()
@@ -610,8 +668,8 @@ class Hooks:
 
         for i, t in enumerate(outs):
             self._on_grad(t, 2, out_hook(i), gen)
-        for j in need_in:
-            self._on_grad(ins[j], 1, in_hook(j), gen)
+        for node, slots in consumers.items():
+            node.register_hook(node_hook(slots))
 
     def _on_grad(self, t, slot, fn, gen):
         """One tensor hook per tensor per step; consumers' input-grad handlers run before producers'
