@@ -267,6 +267,7 @@ class Hooks:
         self.mode = _Mode(self)
         self._patched = []          # (owner, attr, original)
         self._mode_pushed = False
+        self.apis_suspended = False
         self.hooked_models = []
         self._module_handles = []
         self._param_handles = []
@@ -367,6 +368,8 @@ class Hooks:
 
     # ------------------------------------------------------------------ API calls
     def call(self, name, func, args, kwargs, distributed=False, shown=None):
+        if self.apis_suspended:
+            return func(*args, **kwargs)
         col = self.col
         n = col.api_count.get(name, 0)
         fwd = f"{name}.{n}.forward"

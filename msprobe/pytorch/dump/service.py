@@ -165,6 +165,30 @@ class Service:
         self.hooks.restore()
         log.info("msprobe ends successfully.")
 
+    def module_dump(self, module, dump_name):
+        """Record ``module`` as one unit (APIs inside it are not recorded) until module_dump_end()."""
+        hooks = self.hooks
+        for model in hooks.hooked_models:
+            roots = model if isinstance(model, (list, tuple)) else [model]
+            if any(module is m for root in roots for m in root.modules()):
+                log.warning("msprobe: module_dump(%s): this module is already recorded by the %s level dump; "
+                            "module_dump ignored", dump_name, self.cfg.level)
+                return
+        hooks.apis_suspended = True
+        before = len(hooks._module_handles)
+        hooks._hook_module(module, f"Module.{dump_name}.{type(module).__name__}")
+        self._module_dump_handles = hooks._module_handles[before:]
+        del hooks._module_handles[before:]
+
+    def module_dump_end(self):
+        self.hooks.apis_suspended = False
+        for h in getattr(self, "_module_dump_handles", ()):
+            try:
+                h.remove()
+            except Exception:
+                pass
+        self._module_dump_handles = []
+
     def _at_exit(self):
         try:
             if os.getpid() == self.pid and not self.ended and self.active_step is not None:

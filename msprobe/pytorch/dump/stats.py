@@ -98,7 +98,7 @@ class StatBuffer:
             if dtype not in _FLOAT_KEEP or self.precision_high:
                 t = t.float()
             if t.dim() == 0:
-                vals = (t,)
+                vals = (t.clone(),)   # a copy: later in-place ops (all_reduce, add_) must not change it
                 kind = 3
             else:
                 mn, mx = torch.aminmax(t)
