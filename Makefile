@@ -34,7 +34,7 @@ demo: venv
 	if [ -z "$$report" ]; then echo "No report found under $(DEMO_DIR)/report" >&2; exit 1; fi; \
 	echo "Report: $$report"
 
-test: venv
+test: venv npu-venv
 	$(VPY) -m pytest -q -ra tests
 
 bench: venv
@@ -47,3 +47,35 @@ clean:
 
 distclean: clean
 	rm -rf $(VENV)
+
+# --- torch_npu code path on CPU (see ../shared/spec/frameworks.md §5-6) -------------------------------------------
+# .venv-npu: torch 2.13.0+cpu + torch-npu 2.13.0 + msprobe (editable) + pytest, and a stub CANN runtime built by
+# ../shared/tools/cann_stub/make_cann_stub.py (gcc + binutils) into .venv-npu/cann_stub, so that torch_npu imports
+# on a machine without Ascend. tests/npu runs only there (its conftest preloads the stub); tests/test_npu_path.py of
+# the main suite runs it as a subprocess. Building it never fails the build: on any error it warns and leaves no
+# stamp, and the main suite's NPU test then skips with the reason.
+NPU_VENV := .venv-npu
+NPU_VPY := $(NPU_VENV)/bin/python
+NPU_STAMP := $(NPU_VENV)/.stamp
+CANN_STUB_TOOL := ../shared/tools/cann_stub/make_cann_stub.py
+
+.PHONY: npu-venv test-npu
+
+npu-venv: $(NPU_STAMP)
+
+$(NPU_STAMP): setup.py pyproject.toml $(wildcard $(CANN_STUB_TOOL))
+	@rm -f $(NPU_STAMP); \
+	if { test -x $(NPU_VPY) || $(PY) -m venv $(NPU_VENV); } \
+	  && $(NPU_VPY) -m pip install -q torch==2.13.0 torch-npu==2.13.0 pytest \
+	  && $(NPU_VPY) -m pip install -q -e . \
+	  && test -f $(CANN_STUB_TOOL) \
+	  && $(PY) $(CANN_STUB_TOOL) $(NPU_VPY) $(NPU_VENV)/cann_stub; then \
+		touch $(NPU_STAMP); \
+	else \
+		echo "WARNING: could not build $(NPU_VENV) (torch-npu install or CANN stub from $(CANN_STUB_TOOL) failed);" \
+		     "the torch_npu tests will be skipped." >&2; \
+	fi
+
+test-npu: npu-venv
+	@test -f $(NPU_STAMP) || { echo "$(NPU_VENV) is not built (see the warning above)" >&2; exit 1; }
+	$(NPU_VPY) -m pytest -q -ra tests/npu
