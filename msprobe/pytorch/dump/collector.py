@@ -138,6 +138,7 @@ class Collector:
         self.bwd_module_stack = []
         self.pending_backward = {}
         self.generation += 1
+        self.dirty = False
         if self.scope is not None:
             self.scope.in_range = self.scope.start is None
             self.scope.open_expanders = 0
@@ -154,21 +155,32 @@ class Collector:
 
     # ------------------------------------------------------------------ values
     def tensor_rec(self, t, data_name, save):
-        p = _plain(t)
         rec = {"type": _tensor_type_name(t), "dtype": str(t.dtype), "shape": list(t.shape),
                "Max": None, "Min": None, "Mean": None, "Norm": None,
-               "requires_grad": bool(t.requires_grad)}
+               "requires_grad": t.requires_grad}
+        p = None
         if not self.structure_only:
-            self.stats.add(rec, p)
-        if self.md5:
-            rec["md5"] = crc32_hex(p)
-        if save and self.tensor_dir is not None and p.device.type != "meta":
-            fname = data_name + ".pt"
-            clone = p.clone().contiguous() if (self.writer.background or p.requires_grad) else p.contiguous()
-            if clone is p and p.device.type == "cpu":
-                clone = p.clone()
-            self.writer.save(clone, os.path.join(self.tensor_dir, fname))
-            rec["data_name"] = fname
+            slot = self.stats.cached(t, rec)
+            if slot is None:
+                p = _plain(t)
+                slot = self.stats.add(rec, p, t)
+            if self.md5:
+                md5 = slot.md5 if slot is not None else None
+                if md5 is None:
+                    if p is None:
+                        p = _plain(t)
+                    md5 = crc32_hex(p)
+                    if slot is not None:
+                        slot.md5 = md5
+                rec["md5"] = md5
+        if save and self.tensor_dir is not None:
+            if p is None:
+                p = _plain(t)
+            if not p.is_meta:
+                fname = data_name + ".pt"
+                self.writer.save(p.clone().contiguous() if self.writer.background or p.is_contiguous()
+                                 else p.contiguous(), os.path.join(self.tensor_dir, fname))
+                rec["data_name"] = fname
         return rec
 
     def convert(self, v, path, save, depth=0):
@@ -261,6 +273,7 @@ class Collector:
     # ------------------------------------------------------------------ APIs
     def api_inputs(self, name, args, kwargs, record_stack):
         """Record forward inputs of API ``name``; returns the pending record (or None when filtered)."""
+        self.dirty = True
         if self.mix_construct:
             self.construct[name] = self.fwd_module_stack[-1] if self.fwd_module_stack else None
         if not self.wanted(name):
@@ -301,6 +314,7 @@ class Collector:
 
     def api_backward(self, name, grad_outputs, grad_inputs):
         """Backward of API ``name``: grads w.r.t. its outputs (input) and inputs (output)."""
+        self.dirty = True
         if self.mix_construct:
             self.construct[name] = self.bwd_module_stack[-1] if self.bwd_module_stack else None
         if not self.wanted(name):
@@ -355,6 +369,7 @@ class Collector:
                 {k: self.kwargs_value(k, v, f"{name}.kwargs.{k}", save) for k, v in kwargs.items()})
 
     def module_forward(self, name, parent, inputs, out, params, record_stack):
+        self.dirty = True
         if self.module_construct:
             self.construct.pop(name, None)
             self.construct[name] = parent
@@ -383,12 +398,14 @@ class Collector:
         return True
 
     def param_grad_placeholder(self, key, names):
+        self.dirty = True
         if self.overflow or not self.want_backward:
             return
         self.data.pop(key, None)
         self.data[key] = {n: [None] for n in names}
 
     def param_grad(self, key, pname, grad):
+        self.dirty = True
         if self.overflow or not self.want_backward:
             return
         rec = self.data.get(key)
@@ -398,6 +415,7 @@ class Collector:
         rec[pname] = [self.convert(grad, f"{key}.{pname}", save)]
 
     def module_backward(self, name, parent, grad_outputs, grad_inputs):
+        self.dirty = True
         if self.module_construct:
             self.construct[name] = parent
         if not self.wanted(name):
@@ -414,6 +432,7 @@ class Collector:
 
     # ------------------------------------------------------------------ debug save
     def debug_save(self, name, value, grad=False):
+        self.dirty = True
         n = self.debug_count.get(name, 0)
         if not grad:
             self.debug_count[name] = n + 1
@@ -423,6 +442,7 @@ class Collector:
         return n
 
     def debug_grad(self, key, value):
+        self.dirty = True
         self.debug[key] = self.convert(value, key, self.save_tensors)
 
     # ------------------------------------------------------------------ files
@@ -435,6 +455,9 @@ class Collector:
         """Resolve pending statistics and rewrite the step's JSON files."""
         if self.step_dir is None:
             return
+        if not self.dirty and not len(self.stats) and not self.pending_backward:
+            return
+        self.dirty = False
         for finish in list(getattr(self, "pending_backward", {}).values()):
             finish()
         self.stats.resolve()

@@ -1,16 +1,24 @@
 """Per-tensor records: statistics on the tensor's device, resolved in one transfer per device per flush.
 
 A tensor record is a plain dict in the reference's key order (type, dtype, shape, Max, Min, Mean,
-Norm, requires_grad, then md5 or data_name). Its four statistics are launched as reductions on the
+Norm, requires_grad, then md5 or data_name). Its statistics are launched as reductions on the
 tensor's own device when the record is made (so in-place ops that follow cannot change them) and
 kept there as 0-dim tensors; :meth:`StatBuffer.resolve` stacks every pending scalar of a device and
 moves them to the host with a single ``tolist()``, then writes the numbers into the records.
 
+Three reductions per tensor: ``aminmax`` (one pass), ``sum`` (accumulated in float32; the mean is
+``sum / numel``, divided and rounded to the tensor's dtype at resolve time, as ``torch.mean``
+does) and ``vector_norm``. A tensor that is recorded again unchanged (same object, same version
+counter: a weight used by several calls, an output that feeds the next API, a gradient passed
+along) reuses its pending statistics instead of launching new reductions.
+
 Statistic semantics follow MindStudio Probe 8.x: integer, float64 and (with ``precision: high``)
-every tensor is cast to float32 first; bf16/fp16 statistics are computed in their own dtype; bool
+every tensor is cast to float32 first; bf16/fp16 statistics are rounded to their own dtype; bool
 gives Max = any, Min = all; 0-dim tensors give the value itself four times; empty tensors give nulls.
 """
 import math
+import struct
+import weakref
 import zlib
 
 import torch
@@ -18,8 +26,8 @@ import torch
 from msprobe.core.dump.writer import NonFinite, number
 
 _FLOAT_KEEP = (torch.float32, torch.float16, torch.bfloat16)
-_STAT_KEYS = ("Max", "Min", "Mean", "Norm")
-_SKIP_TYPES = ()
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+_F32 = torch.float32
 
 
 def _tensor_type_name(t):
@@ -32,6 +40,8 @@ def _tensor_type_name(t):
 
 def _plain(t):
     """The dense local tensor behind subclasses (DTensor shard, nested values), detached."""
+    if type(t) in _PLAIN_TYPES:
+        return t.detach()
     try:
         if hasattr(t, "to_local") and callable(t.to_local):
             t = t.to_local()
@@ -43,7 +53,9 @@ def _plain(t):
 
 
 def _no_data(t):
-    return t.numel() == 0 or t.device.type == "meta" or getattr(t, "is_fake", False)
+    if t.numel() == 0 or t.is_meta:
+        return True
+    return type(t) not in _PLAIN_TYPES and getattr(t, "is_fake", False)
 
 
 def crc32_hex(t):
@@ -54,36 +66,63 @@ def crc32_hex(t):
     if c.device.type != "cpu":
         c = c.to("cpu")
     c = c.contiguous()
-    if c.dtype in (torch.bfloat16,) or c.dtype.is_complex or str(c.dtype).startswith("torch.float8"):
-        raw = c.view(torch.uint8) if c.dim() else c.reshape(1).view(torch.uint8)
-    else:
-        raw = c
+    if c.dim() == 0:
+        c = c.reshape(1)
     try:
-        buf = raw.numpy().tobytes()
+        if c.dtype in (torch.bfloat16,) or c.dtype.is_complex or str(c.dtype).startswith("torch.float8"):
+            buf = c.view(torch.uint8).numpy().tobytes()
+        else:
+            buf = c.numpy().tobytes()
     except Exception:
-        buf = bytes(c.untyped_storage())[c.storage_offset() * c.element_size():
-                                         (c.storage_offset() + c.numel()) * c.element_size()]
+        buf = bytes(c.view(torch.uint8).tolist())
     return "%08x" % (zlib.crc32(buf) & 0xFFFFFFFF)
+
+
+class _Slot:
+    """Pending statistics of one tensor value, shared by every record of that value."""
+    __slots__ = ("kind", "recs", "numel", "dtype", "md5")
+
+    def __init__(self, kind, rec, numel, dtype):
+        self.kind = kind
+        self.recs = [rec]
+        self.numel = numel
+        self.dtype = dtype
+        self.md5 = None
 
 
 class StatBuffer:
     """Pending on-device statistics of the records made since the last resolve."""
 
-    __slots__ = ("precision_high", "_scalars", "_targets")
+    __slots__ = ("precision_high", "_scalars", "_slots", "_seen", "_count")
 
     def __init__(self, precision="low"):
         self.precision_high = precision == "high"
-        self._scalars = {}   # device -> list of 0-dim tensors (4 per record)
-        self._targets = {}   # device -> list of (record, kind)
+        self.clear()
 
     def __len__(self):
-        return sum(len(v) for v in self._targets.values())
+        return self._count
 
-    def add(self, rec, t):
-        """Launch the statistics of ``t`` (plain, detached) for ``rec``; fills nulls where none apply."""
+    def clear(self):
+        self._scalars = {}   # device -> list of 0-dim tensors
+        self._slots = {}     # device -> list of _Slot (in the order of their scalars)
+        self._seen = {}      # id(tensor) -> (weakref, version, _Slot)
+        self._count = 0
+
+    def cached(self, t, rec):
+        """Share the pending statistics of ``t`` if it was recorded unchanged before; returns the slot."""
+        ent = self._seen.get(id(t))
+        if ent is None or ent[0]() is not t or ent[1] != t._version:
+            return None
+        slot = ent[2]
+        slot.recs.append(rec)
+        return slot
+
+    def add(self, rec, t, orig=None):
+        """Launch the statistics of ``t`` (plain, detached) for ``rec``; returns the slot (None if no data)."""
         if _no_data(t):
-            return
+            return None
         dtype = t.dtype
+        kind = 0
         if dtype is torch.bool:
             vals = (torch.any(t), torch.all(t))
             kind = 1
@@ -92,58 +131,94 @@ class StatBuffer:
             if a.dtype not in _FLOAT_KEEP:
                 a = a.float()
             mn, mx = torch.aminmax(a)
-            vals = (mx, mn, torch.mean(a))
+            vals = (mx, mn, torch.sum(a, dtype=_F32))
             kind = 2
+            dtype = a.dtype
         else:
             if dtype not in _FLOAT_KEEP or self.precision_high:
                 t = t.float()
+                dtype = _F32
             if t.dim() == 0:
                 vals = (t.clone(),)   # a copy: later in-place ops (all_reduce, add_) must not change it
                 kind = 3
             else:
                 mn, mx = torch.aminmax(t)
-                vals = (mx, mn, torch.mean(t), torch.linalg.vector_norm(t))
-                kind = 0
+                vals = (mx, mn, torch.sum(t, dtype=_F32), torch.linalg.vector_norm(t))
         dev = t.device
         lst = self._scalars.get(dev)
         if lst is None:
             lst = self._scalars[dev] = []
-            self._targets[dev] = []
+            self._slots[dev] = []
         lst.extend(vals)
-        self._targets[dev].append((rec, kind))
+        slot = _Slot(kind, rec, t.numel(), dtype)
+        self._slots[dev].append(slot)
+        self._count += 1
+        if orig is not None:
+            try:
+                self._seen[id(orig)] = (weakref.ref(orig), orig._version, slot)
+            except TypeError:
+                pass
+        return slot
 
     def resolve(self):
         """Move every pending statistic to the host (one transfer per device) and fill the records."""
-        scalars, targets = self._scalars, self._targets
-        self._scalars, self._targets = {}, {}
+        scalars, slots = self._scalars, self._slots
+        self.clear()
+        low = {}   # dtype -> list of (slot index info) needing rounding of the mean / norm
         for dev, lst in scalars.items():
             if not lst:
                 continue
             with torch.no_grad():
-                flat = torch.stack([s.float() if s.dtype is not torch.float32 else s for s in lst]).tolist()
+                flat = torch.stack([s if s.dtype is _F32 else s.float() for s in lst]).tolist()
             pos = 0
-            for rec, kind in targets[dev]:
+            for slot in slots[dev]:
+                kind = slot.kind
                 if kind == 0:
-                    mx, mn, mean, norm = flat[pos:pos + 4]
+                    mx, mn, total, norm = flat[pos:pos + 4]
                     pos += 4
+                    mean = total / slot.numel
+                    if slot.dtype is not _F32:
+                        low.setdefault(slot.dtype, []).append((slot, mx, mn, mean, norm))
+                        continue
+                    mean = _round_f32(mean)
                 elif kind == 1:
                     mx, mn = bool(flat[pos]), bool(flat[pos + 1])
                     mean = norm = None
                     pos += 2
                 elif kind == 2:
-                    mx, mn, mean = flat[pos:pos + 3]
+                    mx, mn, total = flat[pos:pos + 3]
+                    mean = _round_f32(total / slot.numel)
                     norm = None
                     pos += 3
                 else:
                     mx = mn = mean = norm = flat[pos]
                     pos += 1
-                rec["Max"] = number(mx)
-                rec["Min"] = number(mn)
-                rec["Mean"] = number(mean)
-                rec["Norm"] = number(norm)
+                _fill(slot, mx, mn, mean, norm)
+        for dtype, items in low.items():
+            # torch.mean of a bf16/fp16 tensor accumulates in float and rounds the result to the dtype
+            means = torch.tensor([it[3] for it in items], dtype=torch.float64).to(dtype).float().tolist()
+            for (slot, mx, mn, _m, norm), mean in zip(items, means):
+                _fill(slot, mx, mn, mean, norm)
 
-    def clear(self):
-        self._scalars, self._targets = {}, {}
+
+_PACK_F32 = struct.Struct("f")
+
+
+def _round_f32(v):
+    """``v`` rounded to the nearest float32 (what a float32 division would have returned)."""
+    try:
+        return _PACK_F32.unpack(_PACK_F32.pack(v))[0]
+    except OverflowError:
+        return v
+
+
+def _fill(slot, mx, mn, mean, norm):
+    mx, mn, mean, norm = number(mx), number(mn), number(mean), number(norm)
+    for rec in slot.recs:
+        rec["Max"] = mx
+        rec["Min"] = mn
+        rec["Mean"] = mean
+        rec["Norm"] = norm
 
 
 def overflow_in(values):
