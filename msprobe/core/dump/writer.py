@@ -66,7 +66,11 @@ def dumps(obj, indent=True):
 
 def write_json(path, obj, indent=True, mode=0o640):
     """Write ``obj`` as JSON to ``path`` through a temporary file and an atomic rename."""
-    data = dumps(obj, indent)
+    return write_bytes(path, dumps(obj, indent), mode)
+
+
+def write_bytes(path, data, mode=0o640):
+    """Write ``data`` to ``path`` through a temporary file and an atomic rename."""
     directory = os.path.dirname(path) or "."
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)

@@ -67,9 +67,7 @@ class TensorWriter:
             torch.save(tensor, path)
             return
         if self._thread is None:
-            self._q = queue.Queue()
-            self._thread = threading.Thread(target=self._run, name="msprobe-save", daemon=True)
-            self._thread.start()
+            self.save_start()
         self._q.put((tensor, path))
 
     def _run(self):
@@ -78,11 +76,28 @@ class TensorWriter:
             try:
                 if item is None:
                     return
-                torch.save(item[0], item[1])
+                if callable(item):
+                    item()
+                else:
+                    torch.save(item[0], item[1])
             except Exception as exc:  # reported at the next flush
-                self.errors.append(f"{item[1]}: {exc}")
+                self.errors.append(f"{item if callable(item) else item[1]}: {exc}")
             finally:
                 self._q.task_done()
+
+    def submit(self, fn):
+        """Run ``fn`` on the writer thread (async_dump) or now."""
+        if not self.background:
+            fn()
+            return
+        if self._thread is None:
+            self.save_start()
+        self._q.put(fn)
+
+    def save_start(self):
+        self._q = queue.Queue(maxsize=4096)   # back-pressure: training waits if the disk falls behind
+        self._thread = threading.Thread(target=self._run, name="msprobe-save", daemon=True)
+        self._thread.start()
 
     def wait(self):
         if self._q is not None:
@@ -273,6 +288,8 @@ class Collector:
     # ------------------------------------------------------------------ APIs
     def api_inputs(self, name, args, kwargs, record_stack):
         """Record forward inputs of API ``name``; returns the pending record (or None when filtered)."""
+        if self.terminated:
+            return None
         self.dirty = True
         if self.mix_construct:
             self.construct[name] = self.fwd_module_stack[-1] if self.fwd_module_stack else None
@@ -314,6 +331,8 @@ class Collector:
 
     def api_backward(self, name, grad_outputs, grad_inputs):
         """Backward of API ``name``: grads w.r.t. its outputs (input) and inputs (output)."""
+        if self.terminated:
+            return None
         self.dirty = True
         if self.mix_construct:
             self.construct[name] = self.bwd_module_stack[-1] if self.bwd_module_stack else None
@@ -369,6 +388,8 @@ class Collector:
                 {k: self.kwargs_value(k, v, f"{name}.kwargs.{k}", save) for k, v in kwargs.items()})
 
     def module_forward(self, name, parent, inputs, out, params, record_stack):
+        if self.terminated:
+            return False
         self.dirty = True
         if self.module_construct:
             self.construct.pop(name, None)
@@ -405,6 +426,8 @@ class Collector:
         self.data[key] = {n: [None] for n in names}
 
     def param_grad(self, key, pname, grad):
+        if self.terminated:
+            return None
         self.dirty = True
         if self.overflow or not self.want_backward:
             return
@@ -415,6 +438,8 @@ class Collector:
         rec[pname] = [self.convert(grad, f"{key}.{pname}", save)]
 
     def module_backward(self, name, parent, grad_outputs, grad_inputs):
+        if self.terminated:
+            return None
         self.dirty = True
         if self.module_construct:
             self.construct[name] = parent
@@ -461,17 +486,30 @@ class Collector:
         for finish in list(getattr(self, "pending_backward", {}).values()):
             finish()
         self.stats.resolve()
-        self.writer.wait()
+        step_dir = self.step_dir
         if self.level == "debug":
             out = self.header()
             out["data"] = self.debug
-            jw.write_json(os.path.join(self.step_dir, "debug.json"), out)
-            return
-        out = self.header()
-        out["data"] = self.data
-        jw.write_json(os.path.join(self.step_dir, "dump.json"), out)
-        jw.write_json(os.path.join(self.step_dir, "stack.json"), self.stack.to_json())
-        jw.write_json(os.path.join(self.step_dir, "construct.json"), self.construct)
+            files = [("debug.json", out)]
+        else:
+            out = self.header()
+            out["data"] = self.data
+            files = [("dump.json", out), ("stack.json", self.stack.to_json()), ("construct.json", self.construct)]
+        if self.writer.background:
+            # async_dump: serialise now (the dicts keep changing), write on the writer thread
+            blobs = [(name, jw.dumps(obj)) for name, obj in files]
+
+            def write_all():
+                for name, blob in blobs:
+                    jw.write_bytes(os.path.join(step_dir, name), blob)
+            self.writer.submit(write_all)
+        else:
+            for name, obj in files:
+                jw.write_json(os.path.join(step_dir, name), obj)
+
+    def wait_writes(self):
+        """Block until every queued tensor file and JSON file is on disk (async_dump)."""
+        self.writer.wait()
 
 
 def _slice_part(x):

@@ -261,7 +261,8 @@ class Hooks:
         self.col = service.collector
         self.errors = service.errors
         self.record_stack = True
-        self.api_level = service.cfg.level in ("L1", "mix")
+        self.api_level = service.cfg.level in ("L1", "mix", "L2")
+        self.kernel_target = service.cfg.list[0] if service.cfg.level == "L2" and service.cfg.list else None
         self.module_level = service.cfg.level in ("L0", "mix")
         self.func_names = function_names()
         self.mode = _Mode(self)
@@ -373,6 +374,8 @@ class Hooks:
         col = self.col
         n = col.api_count.get(name, 0)
         fwd = f"{name}.{n}.forward"
+        if self.kernel_target is not None:
+            return self._kernel_dump(name, n, fwd, func, args, kwargs)
         TLS.depth += 1
         try:
             rec = None
@@ -395,6 +398,47 @@ class Hooks:
                         self.service.overflow_done()
             except Exception as exc:
                 self.errors.record(fwd, exc)
+            return out
+        finally:
+            TLS.depth -= 1
+
+    def _kernel_dump(self, name, n, fwd, func, args, kwargs):
+        """Level L2: CANN kernel dump (torch_npu) around the one API named in ``list``."""
+        col = self.col
+        TLS.depth += 1
+        try:
+            if fwd != self.kernel_target and f"{name}.{n}.backward" != self.kernel_target:
+                out = func(*args, **kwargs)
+                col.api_count[name] = n + 1
+                return out
+            npu = self.service.npu_module
+            started = False
+            if fwd == self.kernel_target:
+                try:
+                    step_root = os.path.dirname(col.step_dir)
+                    kernel_dir = os.path.join(step_root, "kernel_dump")
+                    os.makedirs(kernel_dir, mode=0o750, exist_ok=True)
+                    cfg_path = os.path.join(step_root, f"kernel_config_{os.getpid()}.json")
+                    from msprobe.core.dump.writer import write_json
+                    write_json(cfg_path, {"dump": {"dump_list": [], "dump_path": kernel_dir, "dump_mode": "all",
+                                                   "dump_op_switch": "on"}})
+                    npu.npu.init_dump()
+                    npu.npu.set_dump(cfg_path)
+                    started = True
+                except Exception as exc:
+                    self.errors.record(fwd, exc)
+            else:
+                self.errors.record(self.kernel_target, RuntimeError(
+                    "kernel dump of a backward API is not supported; list the forward name"))
+            try:
+                out = func(*args, **kwargs)
+            finally:
+                if started:
+                    try:
+                        npu.npu.finalize_dump()
+                    except Exception as exc:
+                        self.errors.record(fwd, exc)
+            col.api_count[name] = n + 1
             return out
         finally:
             TLS.depth -= 1

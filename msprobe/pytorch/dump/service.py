@@ -38,7 +38,7 @@ class Service:
         self.active_step = None     # the step whose files are open
         self.npu_module = npu_module
         self._check_existing()
-        if cfg.level in ("L1", "mix"):
+        if cfg.level in ("L1", "mix", "L2"):
             self.hooks.install_api_patches(npu_module)
         atexit.register(self._at_exit)
 
@@ -194,5 +194,6 @@ class Service:
             if os.getpid() == self.pid and not self.ended and self.active_step is not None:
                 RT.on = False
                 self._flush()
+            self.collector.wait_writes()
         except Exception:
             pass
