@@ -674,10 +674,7 @@ def test_overflow_check_records_only_the_overflowing_api(tmp_path):
     assert dbg.service.ended
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "msprobe bug: overflow termination inside an API captured by the TorchFunctionMode (Torch.div) calls "
-    "Hooks.pop_mode() from within _Mode.__torch_function__, where torch has temporarily popped the mode; "
-    "_mode_pushed becomes False, torch re-pushes the mode on return, and it stays on the stack for good"))
+# regression test (fixed bug)
 def test_overflow_check_leaves_no_function_mode(tmp_path):
     _overflow_run(tmp_path)
     assert torch._C._len_torch_function_stack() == 0
@@ -702,10 +699,7 @@ def test_data_mode_forward_has_no_backward(tmp_path):
                      "Module.head.Linear.forward.0", "Tensor.sum.0.forward", "Torch.ones_like.0.forward"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "msprobe bug: with data_mode [\"backward\", \"input\"] every forward API still gets an entry "
-    "{input_args: [], input_kwargs: {}, is_recompute: false, output: []}; the reference's analyze_forward returns "
-    "{} when data_mode excludes forward and handle_data() skips empty data, so no forward entry is written"))
+# regression test (fixed bug)
 def test_data_mode_backward_input(tmp_path):
     cfg = write_config(tmp_path, section={"scope": [], "list": [], "data_mode": ["backward", "input"]})
     net_step(PrecisionDebugger(config_path=cfg))
@@ -783,11 +777,7 @@ class Outer(nn.Module):
         return self.head(self.inner(x))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "msprobe bug: when a module returns its child's output tensor unchanged, the child's backward starts first "
-    "and construct.json makes the child the parent of the outer module's backward (Module.inner.Inner.backward.0 -> "
-    "Module.inner.proj.Linear.backward.0) instead of proj -> Inner; same as transformer_perturb_stat_L0 "
-    "Attention/proj in test_pytorch_dump_compat.py"))
+# regression test (fixed bug)
 def test_backward_parent_when_output_is_childs_output(tmp_path):
     torch.manual_seed(0)
     model = Outer()

@@ -99,8 +99,6 @@ def _case_params(xfail=None):
 # in construct.json (hooks.Hooks._on_grad runs the out-hooks in registration order, child first).
 # Reference: "Module.blocks.0.attn.proj.Linear.backward.0": "Module.blocks.0.attn.Attention.backward.0"
 # and "Module.blocks.0.attn.Attention.backward.0": "Module.blocks.0.Block.backward.0"; ours swaps them.
-BWD_PARENT_BUG = ("msprobe bug: backward parent of a module whose output is its child's output is inverted "
-                  "in construct.json (child Linear.backward becomes parent of Attention.backward)")
 
 
 # ------------------------------------------------------------------------------------------ comparing
@@ -251,7 +249,7 @@ def test_tensor_files_match_reference(runs, case):
             assert torch.allclose(a.float(), b.float(), rtol=1e-5, atol=1e-6), fname
 
 
-@pytest.mark.parametrize("case", _case_params({"transformer_perturb_stat_L0": BWD_PARENT_BUG}))
+@pytest.mark.parametrize("case", _case_params())
 def test_construct_json_matches_reference(runs, case):
     ours_root = _ok(runs[(case, "target")])
     ref_root = FIXTURES / case / "target"

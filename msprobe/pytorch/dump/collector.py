@@ -18,7 +18,7 @@ from msprobe.pytorch.dump.stack import StackTable
 from msprobe.pytorch.dump.stats import StatBuffer, _plain, _tensor_type_name, crc32_hex, overflow_in
 
 MAX_DEPTH = 400
-FLUSH_STATS_EVERY = 1000     # records: resolve pending statistics so device scalars do not pile up
+FLUSH_STATS_EVERY = 4096     # pending tensors: resolve statistics so device scalars do not pile up
 
 _TENSOR = torch.Tensor
 _SIMPLE = {bool: "bool", int: "int", float: "float", str: "str"}
@@ -295,15 +295,14 @@ class Collector:
             self.construct[name] = self.fwd_module_stack[-1] if self.fwd_module_stack else None
         if not self.wanted(name):
             return None
+        if not (self.fwd_in or self.fwd_out):
+            return None
         save = self._save_for(name) or self.overflow
         rec = {}
         if self.fwd_in:
             rec["input_args"] = [self.convert(a, f"{name}.input.{i}", save) for i, a in enumerate(args)]
             rec["input_kwargs"] = {k: self.kwargs_value(k, v, f"{name}.kwargs.{k}", save)
                                    for k, v in kwargs.items()}
-        else:
-            rec["input_args"] = []
-            rec["input_kwargs"] = {}
         rec["is_recompute"] = False
         if not self.overflow:
             self.data[name] = rec
@@ -322,11 +321,9 @@ class Collector:
             else:
                 outs = out if isinstance(out, (tuple, list)) and not isinstance(out, torch.Size) else [out]
                 rec["output"] = [self.convert(v, f"{name}.output.{i}", save) for i, v in enumerate(outs)]
-        else:
-            rec["output"] = []
         if self.overflow:
             self._overflow_check(name, rec)
-        elif len(self.data) % FLUSH_STATS_EVERY == 0:
+        elif len(self.stats) >= FLUSH_STATS_EVERY:
             self.stats.resolve()
 
     def api_backward(self, name, grad_outputs, grad_inputs):
@@ -340,10 +337,10 @@ class Collector:
             return
         save = self._save_for(name) or self.overflow
         rec = {}
-        rec["input"] = [self.convert(g, f"{name}.input.{i}", save) for i, g in enumerate(grad_outputs)] \
-            if self.bwd_in else []
-        rec["output"] = [self.convert(g, f"{name}.output.{i}", save) for i, g in enumerate(grad_inputs)] \
-            if self.bwd_out else []
+        if self.bwd_in:
+            rec["input"] = [self.convert(g, f"{name}.input.{i}", save) for i, g in enumerate(grad_outputs)]
+        if self.bwd_out:
+            rec["output"] = [self.convert(g, f"{name}.output.{i}", save) for i, g in enumerate(grad_inputs)]
         if self.overflow:
             self._overflow_check(name, rec)
         else:
@@ -394,19 +391,15 @@ class Collector:
         if self.module_construct:
             self.construct.pop(name, None)
             self.construct[name] = parent
-        if not self.wanted(name):
+        if not self.wanted(name) or not (self.fwd_in or self.fwd_out):
             return False
         save = self._save_for(name) or self.overflow
         rec = {}
         if inputs is not None:
             rec["input_args"], rec["input_kwargs"] = inputs
-        else:
-            rec["input_args"], rec["input_kwargs"] = [], {}
         if self.fwd_out:
             outs = out if isinstance(out, (tuple, list)) else [out]
             rec["output"] = [self.convert(v, f"{name}.output.{i}", save) for i, v in enumerate(outs)]
-        else:
-            rec["output"] = []
         rec["parameters"] = {pn: self.convert(p, f"{name}.parameters.{pn}", save) for pn, p in params}
         rec["is_recompute"] = False
         if self.overflow:
@@ -446,10 +439,11 @@ class Collector:
         if not self.wanted(name):
             return
         save = self._save_for(name) or self.overflow
-        rec = {"input": [self.convert(g, f"{name}.input.{i}", save) for i, g in enumerate(grad_outputs)]
-               if self.bwd_in else [],
-               "output": [self.convert(g, f"{name}.output.{i}", save) for i, g in enumerate(grad_inputs)]
-               if self.bwd_out else []}
+        rec = {}
+        if self.bwd_in:
+            rec["input"] = [self.convert(g, f"{name}.input.{i}", save) for i, g in enumerate(grad_outputs)]
+        if self.bwd_out:
+            rec["output"] = [self.convert(g, f"{name}.output.{i}", save) for i, g in enumerate(grad_inputs)]
         if self.overflow:
             self._overflow_check(name, rec)
         else:

@@ -732,7 +732,9 @@ class Hooks:
             def dispatch(grad, e=entry):
                 for f in e[1]:
                     f(grad)
-                for f in e[2]:
+                # outputs: the module registered last (the outer one, returning its child's output)
+                # starts its backward first, as with nested full backward hooks
+                for f in reversed(e[2]):
                     f(grad)
                 return None
 

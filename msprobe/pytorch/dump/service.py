@@ -36,6 +36,7 @@ class Service:
         self.rank_ok = True
         self.ended = False
         self.active_step = None     # the step whose files are open
+        self._restore_pending = False
         self.npu_module = npu_module
         self._check_existing()
         if cfg.level in ("L1", "mix", "L2"):
@@ -62,6 +63,7 @@ class Service:
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, model=None):
+        self._settle()
         if self.ended or os.getpid() != self.pid:
             return
         cfg = self.cfg
@@ -110,17 +112,20 @@ class Service:
         self.active_step = it
 
     def stop(self):
+        self._settle()
         if self.ended or os.getpid() != self.pid:
             return
         if self.cfg.level == "debug":
             return
         if not RT.on:
+            self.hooks.pop_mode()
             return
         RT.on = False
         self.hooks.pop_mode()
         self._flush()
 
     def step(self):
+        self._settle()
         if os.getpid() != self.pid:
             return
         if RT.on:
@@ -151,11 +156,20 @@ class Service:
             TLS.depth -= 1
 
     def overflow_done(self):
-        """overflow_check reached overflow_nums: write what we have and stop for good."""
+        """overflow_check reached overflow_nums: write what we have and stop for good.
+
+        Called from inside a hook (possibly inside the function mode's handler, where torch has popped
+        the mode temporarily), so the patches and the mode are removed at the next start/stop/step."""
         RT.on = False
-        self.hooks.pop_mode()
         self._flush()
-        self.end()
+        self.ended = True
+        self._restore_pending = True
+        log.info("msprobe ends successfully.")
+
+    def _settle(self):
+        if self._restore_pending:
+            self._restore_pending = False
+            self.hooks.restore()
 
     def end(self):
         if self.ended:
