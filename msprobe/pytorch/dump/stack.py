@@ -10,6 +10,8 @@ import os
 import sys
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+_FORMATTED = {}          # frame key -> formatted frames, kept across steps (call sites repeat every step)
+_FORMATTED_MAX = 100_000
 
 
 class StackTable:
@@ -37,8 +39,13 @@ class StackTable:
         key = tuple(key)
         idx = self._by_key.get(key)
         if idx is None:
+            frames = _FORMATTED.get(key)
+            if frames is None:
+                frames = _format(key)
+                if len(_FORMATTED) < _FORMATTED_MAX:
+                    _FORMATTED[key] = frames
             idx = self._by_key[key] = len(self._entries)
-            self._entries.append(([], _format(key)))
+            self._entries.append(([], frames))
         self._entries[idx][0].append(name)
 
     def to_json(self):
