@@ -826,3 +826,43 @@ def test_debug_save(tmp_path):
     assert g["n"] is None and g["s"] is None
     # d(sum(y*y))/dy = 2y = [4, -8, 12]
     assert (g["y"]["Max"], g["y"]["Min"], g["y"]["Mean"]) == (12.0, -8.0, f32(8.0 / 3))
+
+
+# ------------------------------------------------------------------------------------------ big tensors
+def test_md5_of_big_tensors_is_taken_before_in_place_changes(tmp_path):
+    """Big tensors are hashed on a worker thread from a snapshot: an in-place op right after must not
+    change the recorded CRC (fp32 and bf16 raw bytes)."""
+    import zlib
+    cfg = write_config(tmp_path, section={"scope": [], "list": [], "data_mode": ["all"], "summary_mode": "md5"})
+    dbg = PrecisionDebugger(config_path=cfg)
+    x = torch.randn(512, 1024)                     # 2 MiB: above the inline threshold
+    xb = torch.randn(512, 1024).to(torch.bfloat16)
+    before = "%08x" % zlib.crc32(x.numpy().tobytes())
+    before_b = "%08x" % zlib.crc32(xb.view(torch.uint8).numpy().tobytes())
+    dbg.start()
+    x.add_(1.0)                                    # records x before the change
+    xb.mul_(2)
+    dbg.stop()
+    dbg.step()
+    d = data(tmp_path)
+    assert d["Tensor.add_.0.forward"]["input_args"][0]["md5"] == before
+    assert d["Tensor.add_.0.forward"]["output"][0]["md5"] == "%08x" % zlib.crc32(x.numpy().tobytes())
+    assert d["Tensor.mul_.0.forward"]["input_args"][0]["md5"] == before_b
+
+
+def test_norm_of_big_float32_tensor(tmp_path):
+    cfg = write_config(tmp_path)
+    dbg = PrecisionDebugger(config_path=cfg)
+    x = torch.randn(300, 700)
+    y = torch.randn(300, 700).t()                  # non-contiguous path
+    dbg.start()
+    torch.relu(x)
+    torch.relu(y)
+    dbg.stop()
+    dbg.step()
+    d = data(tmp_path)
+    for name, t in (("Torch.relu.0.forward", x), ("Torch.relu.1.forward", y)):
+        rec = d[name]["input_args"][0]
+        assert rec["Norm"] == pytest.approx(float(torch.linalg.vector_norm(t)), rel=1e-6)
+        assert rec["Mean"] == pytest.approx(float(t.mean()), rel=1e-5, abs=1e-7)
+        assert rec["Max"] == float(t.max()) and rec["Min"] == float(t.min())

@@ -15,7 +15,7 @@ import torch
 
 from msprobe.core.dump import writer as jw
 from msprobe.pytorch.dump.stack import StackTable
-from msprobe.pytorch.dump.stats import StatBuffer, _plain, _tensor_type_name, crc32_hex, overflow_in
+from msprobe.pytorch.dump.stats import StatBuffer, _plain, _tensor_type_name, crc32_deferred, overflow_in
 
 MAX_DEPTH = 400
 FLUSH_STATS_EVERY = 4096     # pending tensors: resolve statistics so device scalars do not pile up
@@ -140,6 +140,7 @@ class Collector:
             except Exception:
                 pass
         self.grad_hook_handles = []
+        self.pending_md5 = []
         self.data = {}
         self.debug = {}
         self.construct = {}
@@ -184,10 +185,12 @@ class Collector:
                 if md5 is None:
                     if p is None:
                         p = _plain(t)
-                    md5 = crc32_hex(p)
+                    md5 = crc32_deferred(p)
                     if slot is not None:
                         slot.md5 = md5
                 rec["md5"] = md5
+                if md5.__class__ is not str:
+                    self.pending_md5.append(rec)
         if save and self.tensor_dir is not None:
             if p is None:
                 p = _plain(t)
@@ -474,12 +477,13 @@ class Collector:
         """Resolve pending statistics and rewrite the step's JSON files."""
         if self.step_dir is None:
             return
-        if not self.dirty and not len(self.stats) and not self.pending_backward:
+        if not self.dirty and not len(self.stats) and not self.pending_backward and not self.pending_md5:
             return
         self.dirty = False
         for finish in list(getattr(self, "pending_backward", {}).values()):
             finish()
         self.stats.resolve()
+        self._resolve_md5()
         step_dir = self.step_dir
         if self.level == "debug":
             out = self.header()
@@ -500,6 +504,16 @@ class Collector:
         else:
             for name, obj in files:
                 jw.write_json(os.path.join(step_dir, name), obj)
+
+    def _resolve_md5(self):
+        pending, self.pending_md5 = self.pending_md5, []
+        for rec in pending:
+            fut = rec.get("md5")
+            if fut is not None and fut.__class__ is not str:
+                try:
+                    rec["md5"] = fut.result()
+                except Exception:
+                    rec["md5"] = None
 
     def wait_writes(self):
         """Block until every queued tensor file and JSON file is on disk (async_dump)."""

@@ -266,7 +266,9 @@ class Hooks:
         self.module_level = service.cfg.level in ("L0", "mix")
         self.func_names = function_names()
         self.mode = _Mode(self)
-        self._patched = []          # (owner, attr, original)
+        self._patched = []          # (owner, attr, original) currently applied
+        self._targets = []          # (owner, attr, name, distributed) to wrap while dumping
+        self._wrappers = {}
         self._mode_pushed = False
         self.apis_suspended = False
         self.hooked_models = []
@@ -275,43 +277,61 @@ class Hooks:
 
     # ------------------------------------------------------------------ install
     def install_api_patches(self, npu_module=None):
-        if not self.api_level or self._patched:
+        """Choose what gets wrapped (applied by :meth:`patch_on` at each effective start())."""
+        if not self.api_level or self._targets:
             return
         lists = api_lists()
+        targets = []
         for n in lists["tensor"]:
             raw = getattr(torch.Tensor, n, None)
-            if raw is None or not callable(raw) or isinstance(torch.Tensor.__dict__.get(n), (staticmethod, classmethod, property)):
+            if raw is None or not callable(raw) or isinstance(torch.Tensor.__dict__.get(n),
+                                                               (staticmethod, classmethod, property)):
                 continue
-            self._patch(torch.Tensor, n, self._wrapper(f"Tensor.{n}", raw))
+            targets.append((torch.Tensor, n, f"Tensor.{n}", False))
         try:
             import torch.distributed as dist
             import torch.distributed.distributed_c10d as c10d
             if dist.is_available():
                 for n in lists["distributed"]:
                     for owner in (dist, c10d):
-                        orig = getattr(owner, n, None)
-                        if callable(orig):
-                            self._patch(owner, n, self._wrapper(f"Distributed.{n}", orig, distributed=True))
+                        if callable(getattr(owner, n, None)):
+                            targets.append((owner, n, f"Distributed.{n}", True))
         except Exception:
             pass
         if npu_module is not None:
             for n in lists["torch_npu"]:
-                orig = getattr(npu_module, n, None)
-                if callable(orig):
-                    self._patch(npu_module, n, self._wrapper(f"NPU.{n}", orig))
+                if callable(getattr(npu_module, n, None)):
+                    targets.append((npu_module, n, f"NPU.{n}", False))
             dist_npu = getattr(npu_module, "distributed", None)
             if dist_npu is not None:
                 for n in lists["npu_distributed"]:
-                    orig = getattr(dist_npu, n, None)
-                    if callable(orig):
-                        self._patch(dist_npu, n, self._wrapper(f"Distributed.{n}", orig, distributed=True))
+                    if callable(getattr(dist_npu, n, None)):
+                        targets.append((dist_npu, n, f"Distributed.{n}", True))
+        self._targets = targets
 
-    def _patch(self, owner, attr, new):
-        original = owner.__dict__.get(attr, _MISSING) if isinstance(owner, type) else getattr(owner, attr)
-        setattr(owner, attr, new)
-        self._patched.append((owner, attr, original))
+    def patch_on(self):
+        """Wrap the chosen attributes (only while dumping: outside start()/stop() nothing is wrapped)."""
+        if self._patched or not self._targets:
+            return
+        for owner, attr, name, distributed in self._targets:
+            try:
+                current = getattr(owner, attr)
+                if getattr(current, "__msprobe_original__", None) is not None:
+                    continue
+                key = (id(owner), attr)
+                cached = self._wrappers.get(key)
+                if cached is not None and cached[0] is current:
+                    wrapper = cached[1]
+                else:
+                    wrapper = self._wrapper(name, current, distributed)
+                    self._wrappers[key] = (current, wrapper)
+                original = owner.__dict__.get(attr, _MISSING) if isinstance(owner, type) else current
+                setattr(owner, attr, wrapper)
+                self._patched.append((owner, attr, original))
+            except Exception:
+                continue
 
-    def restore(self):
+    def patch_off(self):
         for owner, attr, original in reversed(self._patched):
             try:
                 if original is _MISSING:
@@ -321,6 +341,9 @@ class Hooks:
             except Exception:
                 pass
         self._patched = []
+
+    def restore(self):
+        self.patch_off()
         self.pop_mode()
         for h in self._module_handles + self._param_handles:
             try:
@@ -345,11 +368,13 @@ class Hooks:
         return wrapper
 
     def push_mode(self):
+        self.patch_on()
         if self.api_level and not self._mode_pushed:
             torch._C._push_on_torch_function_stack(self.mode)
             self._mode_pushed = True
 
     def pop_mode(self):
+        self.patch_off()
         if not self._mode_pushed:
             return
         self._mode_pushed = False

@@ -78,6 +78,53 @@ def crc32_hex(t):
     return "%08x" % (zlib.crc32(buf) & 0xFFFFFFFF)
 
 
+_ASYNC_CRC_BYTES = 256 * 1024
+_POOL = None
+
+
+def _crc_pool():
+    global _POOL
+    if _POOL is None:
+        import os
+        from concurrent.futures import ThreadPoolExecutor
+        _POOL = ThreadPoolExecutor(max_workers=max(1, (os.cpu_count() or 2) // 2),
+                                   thread_name_prefix="msprobe-crc")
+    return _POOL
+
+
+def _crc_of(buf):
+    return "%08x" % (zlib.crc32(buf) & 0xFFFFFFFF)
+
+
+def crc32_deferred(t):
+    """The CRC of ``t`` as a str, or (for big tensors) a Future of it computed off the training thread
+    from a snapshot taken now (zlib releases the GIL; CUDA tensors are copied without a host sync)."""
+    nbytes = t.numel() * t.element_size()
+    if nbytes < _ASYNC_CRC_BYTES:
+        return crc32_hex(t)
+    try:
+        c = t.detach()
+        if c.device.type == "cuda":
+            host = torch.empty(c.shape, dtype=c.dtype, pin_memory=True)
+            host.copy_(c, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(torch.cuda.current_stream(c.device))
+
+            def job():
+                event.synchronize()
+                return crc32_hex(host)
+            return _crc_pool().submit(job)
+        if c.device.type != "cpu":
+            return crc32_hex(t)
+        c = c.contiguous()
+        if c.dtype in (torch.bfloat16,) or c.dtype.is_complex or str(c.dtype).startswith("torch.float8"):
+            c = c.view(torch.uint8)
+        snapshot = c.numpy().copy()      # memcpy now; the CRC (10x slower) runs on a worker thread
+        return _crc_pool().submit(_crc_of, snapshot)
+    except Exception:
+        return crc32_hex(t)
+
+
 class _Slot:
     """Pending statistics of one tensor value, shared by every record of that value."""
     __slots__ = ("kind", "recs", "numel", "dtype", "md5")
@@ -143,7 +190,12 @@ class StatBuffer:
                 kind = 3
             else:
                 mn, mx = torch.aminmax(t)
-                vals = (mx, mn, torch.sum(t, dtype=_F32), torch.linalg.vector_norm(t))
+                if dtype is _F32 and t.is_contiguous() and t.device.type == "cpu":
+                    v = t.view(-1)
+                    vals = (mx, mn, torch.sum(v), torch.dot(v, v))   # BLAS dot: faster than vector_norm
+                    kind = 4
+                else:
+                    vals = (mx, mn, torch.sum(t, dtype=_F32), torch.linalg.vector_norm(t))
         dev = t.device
         lst = self._scalars.get(dev)
         if lst is None:
@@ -173,9 +225,11 @@ class StatBuffer:
             pos = 0
             for slot in slots[dev]:
                 kind = slot.kind
-                if kind == 0:
+                if kind == 0 or kind == 4:
                     mx, mn, total, norm = flat[pos:pos + 4]
                     pos += 4
+                    if kind == 4:
+                        norm = _round_f32(math.sqrt(norm)) if norm == norm and norm >= 0 else norm
                     mean = total / slot.numel
                     if slot.dtype is not _F32:
                         low.setdefault(slot.dtype, []).append((slot, mx, mn, mean, norm))
