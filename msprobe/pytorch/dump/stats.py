@@ -125,9 +125,23 @@ def crc32_deferred(t):
         return crc32_hex(t)
 
 
+def _cpu_stats(t):
+    """Max, Min, sum and (float32: sum of squares / else: norm) of a CPU tensor, as Python floats."""
+    with torch.no_grad():
+        mn, mx = torch.aminmax(t)
+        if t.dtype is _F32:
+            v = t.view(-1)
+            return torch.stack((mx, mn, torch.sum(v), torch.dot(v, v))).tolist()
+        return torch.stack((mx.float(), mn.float(), torch.sum(t, dtype=_F32),
+                            torch.linalg.vector_norm(t).float())).tolist()
+
+
+_BG_NUMEL = 64 * 1024
+
+
 class _Slot:
     """Pending statistics of one tensor value, shared by every record of that value."""
-    __slots__ = ("kind", "recs", "numel", "dtype", "md5")
+    __slots__ = ("kind", "recs", "numel", "dtype", "md5", "future")
 
     def __init__(self, kind, rec, numel, dtype):
         self.kind = kind
@@ -135,12 +149,13 @@ class _Slot:
         self.numel = numel
         self.dtype = dtype
         self.md5 = None
+        self.future = None
 
 
 class StatBuffer:
     """Pending on-device statistics of the records made since the last resolve."""
 
-    __slots__ = ("precision_high", "_scalars", "_slots", "_seen", "_count")
+    __slots__ = ("precision_high", "_scalars", "_slots", "_seen", "_bg", "_count")
 
     def __init__(self, precision="low"):
         self.precision_high = precision == "high"
@@ -153,6 +168,7 @@ class StatBuffer:
         self._scalars = {}   # device -> list of 0-dim tensors
         self._slots = {}     # device -> list of _Slot (in the order of their scalars)
         self._seen = {}      # id(tensor) -> (weakref, version, _Slot)
+        self._bg = []        # slots whose statistics a worker thread computes (big CPU tensors)
         self._count = 0
 
     def cached(self, t, rec):
@@ -182,9 +198,20 @@ class StatBuffer:
             kind = 2
             dtype = a.dtype
         else:
+            fresh = False
             if dtype not in _FLOAT_KEEP or self.precision_high:
+                fresh = t.dtype is not _F32
                 t = t.float()
                 dtype = _F32
+            if t.dim() and t.device.type == "cpu" and t.numel() >= _BG_NUMEL:
+                # big CPU tensor: copy now (one memory pass), reduce on a worker thread (three passes)
+                snap = t if fresh else t.clone(memory_format=torch.contiguous_format)
+                slot = _Slot(4 if dtype is _F32 else 0, rec, t.numel(), dtype)
+                slot.future = _crc_pool().submit(_cpu_stats, snap)
+                self._bg.append(slot)
+                self._count += 1
+                self._remember(orig, slot)
+                return slot
             if t.dim() == 0:
                 vals = (t.clone(),)   # a copy: later in-place ops (all_reduce, add_) must not change it
                 kind = 3
@@ -205,25 +232,37 @@ class StatBuffer:
         slot = _Slot(kind, rec, t.numel(), dtype)
         self._slots[dev].append(slot)
         self._count += 1
+        self._remember(orig, slot)
+        return slot
+
+    def _remember(self, orig, slot):
         if orig is not None:
             try:
                 self._seen[id(orig)] = (weakref.ref(orig), orig._version, slot)
             except TypeError:
                 pass
-        return slot
 
     def resolve(self):
         """Move every pending statistic to the host (one transfer per device) and fill the records."""
-        scalars, slots = self._scalars, self._slots
+        scalars, slots, bg = self._scalars, self._slots, self._bg
         self.clear()
         low = {}   # dtype -> list of (slot index info) needing rounding of the mean / norm
+        batches = []
         for dev, lst in scalars.items():
             if not lst:
                 continue
             with torch.no_grad():
-                flat = torch.stack([s if s.dtype is _F32 else s.float() for s in lst]).tolist()
+                batches.append((torch.stack([s if s.dtype is _F32 else s.float() for s in lst]).tolist(),
+                                slots[dev]))
+        if bg:
+            flat = []
+            for slot in bg:
+                flat.extend(slot.future.result())
+                slot.future = None
+            batches.append((flat, bg))
+        for flat, dev_slots in batches:
             pos = 0
-            for slot in slots[dev]:
+            for slot in dev_slots:
                 kind = slot.kind
                 if kind == 0 or kind == 4:
                     mx, mn, total, norm = flat[pos:pos + 4]
