@@ -15,10 +15,10 @@ Models: ``d64`` = 4 blocks, d=64, seq 8, batch 2 (as models.build makes it); ``d
 seq 128, batch 2.  Every (implementation, config, model) runs in a fresh subprocess
 (benchmarks/dump_bench_worker.py) with its own config.json and dump_path in a temporary directory that is
 deleted afterwards; warm-up steps are untimed, then the median ms/step of N timed steps is kept (wall clock;
-``--metric cpu``: process CPU time, steadier on a shared machine; ``--repeat R``: R fresh runs, lowest median).
+``--metric cpu``: process CPU time; ``--repeat R``: R rounds, each running every (config, implementation) and the
+baseline once, in turn, as fresh processes; the lowest median per point is kept).
 
-Configs: ``none`` (no debugger, with our venv's python; run first and last for each model, the lower median is
-the baseline), ``off`` (statistics L1 with
+Configs: ``none`` (no debugger, with our venv's python; once per round, the lowest median is the baseline), ``off`` (statistics L1 with
 ``step: [1000000]``, so no timed step is dumped), ``stat_L1`` (statistics, L1, summary_mode statistics), ``mix``
 (statistics, level mix), ``md5_L1`` (statistics, L1, summary_mode md5), ``tensor_L1`` (tensor, L1: .pt files).
 Each implementation runs with its own defaults (26.2.0's default risk_level FOCUS skips LOW-risk APIs).
@@ -297,8 +297,8 @@ def _cell(r: dict | None, impl: Impl) -> str:
 
 
 def none_median(res: dict, model: str):
-    """The no-debugger baseline: the lower of the two none runs (before and after the model's other runs)."""
-    vals = [r["value_ms"] for k in ("none", "none_end") for r in [res.get((model, "none", k))] if r and r["ok"]]
+    """The no-debugger baseline: the lowest median over the rounds (it runs once per round)."""
+    vals = [r["value_ms"] for r in [res.get((model, "none", "none"))] if r and r["ok"]]
     return min(vals) if vals else None
 
 
@@ -342,7 +342,7 @@ def detail_table(models, configs, impls, res) -> list:
              "dump MB/step | import s | debugger ctor s | run wall s |",
              "|---|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
     for m in models:
-        keys = [("none", "none")] + [(c, i.key) for c in configs for i in impls] + [("none", "none_end")]
+        keys = [("none", "none")] + [(c, i.key) for c in configs for i in impls]
         for c, k in keys:
             r = res.get((m, c, k))
             if r is None or not r["ok"]:
@@ -350,7 +350,7 @@ def detail_table(models, configs, impls, res) -> list:
             nsteps = len(r["steps_ms"]) + r["warmup"]
             per = r["dump_bytes"] / nsteps / 1e6 if r.get("dump_bytes") else 0.0
             dumped = r.get("records")
-            label = {"none": "none (first)", "none_end": "none (last)"}.get(k, IMPL_LABEL.get(k, k))
+            label = {"none": "none"}.get(k, IMPL_LABEL.get(k, k))
             reps = r.get("repeat_medians", [])
             rep_s = " / ".join(_ms(x) for x in reps) if len(reps) > 1 else "-"
             lines.append(f"| {m} | {c} | {label} | {_ms(r['median_ms'])} | {_ms(r['min_ms'])} | "
@@ -403,31 +403,35 @@ def main(argv=None) -> int:
     res = {}
     for m in models:
         steps = a.steps or DEFAULT_STEPS[m]
-        # the baseline runs first and last: the lower median is used (load from other processes only slows a run)
-        plan = [("none", "none")] + [(c, i.key) for c in configs for i in impls] + [("none", "none_end")]
+        # Round-robin: every (config, implementation) and the no-debugger baseline run once per round, and
+        # the lowest median over the rounds is kept. Interleaving matters on a shared VM, whose speed drifts
+        # by tens of percent over minutes: consecutive blocks would compare different machine states.
+        plan = [("none", "none")] + [(c, i.key) for c in configs for i in impls]
         by_key = {i.key: i for i in impls}
-        for c, key in plan:
-            impl = none_impl if c == "none" else by_key[key]
-            r = None
-            medians = []
-            for _ in range(max(1, a.repeat)):
+        best, medians, failed = {}, {}, {}
+        for _round in range(max(1, a.repeat)):
+            for c, key in plan:
+                if (c, key) in failed:
+                    continue
+                impl = none_impl if c == "none" else by_key[key]
                 ri = run_one(impl, None if c == "none" else c, m, steps, a.warmup, tmp_root, a.timeout)
                 if not ri["ok"]:
-                    r = ri
-                    break
+                    failed[(c, key)] = ri
+                    res[(m, c, key)] = ri
+                    print(f"[dump_bench] {m} {c:9s} {key:8s} n/a ({ri['error']})", file=sys.stderr, flush=True)
+                    continue
                 ri["value_ms"] = ri["median_ms"] if a.metric == "wall" else ri["cpu_median_ms"]
-                medians.append(ri["value_ms"])
-                if r is None or ri["value_ms"] < r["value_ms"]:
-                    r = ri
-            if r["ok"]:
-                r["repeat_medians"] = medians
+                medians.setdefault((c, key), []).append(ri["value_ms"])
+                if (c, key) not in best or ri["value_ms"] < best[(c, key)]["value_ms"]:
+                    best[(c, key)] = ri
+                print(f"[dump_bench] {m} {c:9s} {key if c == 'none' else impl.label:8s} "
+                      f"{ri['median_ms']:.1f} ms/step (min {ri['min_ms']:.1f}, CPU {ri['cpu_median_ms']:.1f}; "
+                      f"run {ri['wall_s']:.1f} s, round {_round + 1}"
+                      + (f", {ri['records']} records/step" if ri.get("records") is not None else "") + ")",
+                      file=sys.stderr, flush=True)
+        for (c, key), r in best.items():
+            r["repeat_medians"] = medians[(c, key)]
             res[(m, c, key)] = r
-            msg = (f"{r['median_ms']:.1f} ms/step (min {r['min_ms']:.1f}, CPU {r['cpu_median_ms']:.1f}; "
-                   f"run {r['wall_s']:.1f} s" + (f", best of {len(medians)}" if len(medians) > 1 else "")
-                   + (f", {r['records']} records/step" if r.get("records") is not None else "") + ")"
-                   if r["ok"] else f"n/a ({r['error']})")
-            print(f"[dump_bench] {m} {c:9s} {key if c == 'none' else impl.label:8s} {msg}",
-                  file=sys.stderr, flush=True)
 
     # ---- report
     command = "python benchmarks/dump_bench.py " + " ".join(shlex.quote(x) for x in (argv or sys.argv[1:]))
@@ -456,8 +460,8 @@ def main(argv=None) -> int:
         out.append("")
         all_verdicts.extend(verdicts)
     out.append(("ms = median wall-clock ms/step" if a.metric == "wall" else "ms = median process-CPU ms/step")
-               + "; none = the lower median of two no-debugger runs (first and last of the model's "
-               "runs); added = config ms - none ms; ratio = ours added / faster reference's added "
+               + "; none = the no-debugger baseline (lowest median over the rounds); points run "
+               "round-robin, each the lowest median of its rounds; added = config ms - none ms; ratio = ours added / faster reference's added "
                "(off: ours ms / none ms). Goals: ours added <= 1/3 of the faster reference's for stat_L1, mix, "
                "md5_L1, <= 1/2 for tensor_L1; off <= 1.05x none.")
     out.append("")
