@@ -17,7 +17,9 @@ every tensor is cast to float32 first; bf16/fp16 statistics are rounded to their
 gives Max = any, Min = all; 0-dim tensors give the value itself four times; empty tensors give nulls.
 """
 import math
+import queue
 import struct
+import threading
 import weakref
 import zlib
 
@@ -79,26 +81,73 @@ def crc32_hex(t):
 
 
 _ASYNC_CRC_BYTES = 256 * 1024
-_POOL = None
 
 
-def _crc_pool():
-    global _POOL
-    if _POOL is None:
-        import os
-        from concurrent.futures import ThreadPoolExecutor
-        _POOL = ThreadPoolExecutor(max_workers=max(1, (os.cpu_count() or 2) // 2),
-                                   thread_name_prefix="msprobe-crc")
-    return _POOL
+class CrcJob:
+    """A CRC being computed by the worker thread; ``result()`` waits for it."""
+    __slots__ = ("value", "_done")
+
+    def __init__(self):
+        self.value = None
+        self._done = False
+
+    def result(self):
+        if not self._done:
+            _WORKER.wait()
+        return self.value
 
 
-def _crc_of(buf):
-    return "%08x" % (zlib.crc32(buf) & 0xFFFFFFFF)
+class _CrcWorker:
+    """One daemon thread hashing snapshots (zlib releases the GIL). Cheaper per job than an executor."""
+
+    def __init__(self):
+        self._q = None
+        self._pending = 0
+        self._lock = threading.Lock()
+        self._idle = threading.Event()
+        self._idle.set()
+
+    def submit(self, job, buf, cuda_event=None):
+        if self._q is None:
+            self._q = queue.SimpleQueue()
+            threading.Thread(target=self._run, name="msprobe-crc", daemon=True).start()
+        with self._lock:
+            self._pending += 1
+            self._idle.clear()
+        self._q.put((job, buf, cuda_event))
+
+    def _run(self):
+        while True:
+            job, buf, event = self._q.get()
+            try:
+                if event is not None:
+                    event.synchronize()
+                    buf = _bytes_of(buf)
+                job.value = "%08x" % (zlib.crc32(buf) & 0xFFFFFFFF)
+            except Exception:
+                job.value = None
+            job._done = True
+            with self._lock:
+                self._pending -= 1
+                if self._pending == 0:
+                    self._idle.set()
+
+    def wait(self):
+        self._idle.wait()
+
+
+_WORKER = _CrcWorker()
+
+
+def _bytes_of(c):
+    if c.dtype in (torch.bfloat16,) or c.dtype.is_complex or str(c.dtype).startswith("torch.float8"):
+        c = c.view(torch.uint8)
+    return c.numpy()
 
 
 def crc32_deferred(t):
-    """The CRC of ``t`` as a str, or (for big tensors) a Future of it computed off the training thread
-    from a snapshot taken now (zlib releases the GIL; CUDA tensors are copied without a host sync)."""
+    """The CRC of ``t`` as a str, or (for big tensors) a :class:`CrcJob` computed off the training thread
+    from a snapshot taken now (CUDA tensors are copied to pinned memory without a host sync)."""
     nbytes = t.numel() * t.element_size()
     if nbytes < _ASYNC_CRC_BYTES:
         return crc32_hex(t)
@@ -109,39 +158,22 @@ def crc32_deferred(t):
             host.copy_(c, non_blocking=True)
             event = torch.cuda.Event()
             event.record(torch.cuda.current_stream(c.device))
-
-            def job():
-                event.synchronize()
-                return crc32_hex(host)
-            return _crc_pool().submit(job)
+            job = CrcJob()
+            _WORKER.submit(job, host, event)
+            return job
         if c.device.type != "cpu":
             return crc32_hex(t)
-        c = c.contiguous()
-        if c.dtype in (torch.bfloat16,) or c.dtype.is_complex or str(c.dtype).startswith("torch.float8"):
-            c = c.view(torch.uint8)
-        snapshot = c.numpy().copy()      # memcpy now; the CRC (10x slower) runs on a worker thread
-        return _crc_pool().submit(_crc_of, snapshot)
+        snapshot = _bytes_of(c.contiguous()).copy()   # memcpy now; the CRC (several times slower) later
+        job = CrcJob()
+        _WORKER.submit(job, snapshot)
+        return job
     except Exception:
         return crc32_hex(t)
 
 
-def _cpu_stats(t):
-    """Max, Min, sum and (float32: sum of squares / else: norm) of a CPU tensor, as Python floats."""
-    with torch.no_grad():
-        mn, mx = torch.aminmax(t)
-        if t.dtype is _F32:
-            v = t.view(-1)
-            return torch.stack((mx, mn, torch.sum(v), torch.dot(v, v))).tolist()
-        return torch.stack((mx.float(), mn.float(), torch.sum(t, dtype=_F32),
-                            torch.linalg.vector_norm(t).float())).tolist()
-
-
-_BG_NUMEL = 64 * 1024
-
-
 class _Slot:
     """Pending statistics of one tensor value, shared by every record of that value."""
-    __slots__ = ("kind", "recs", "numel", "dtype", "md5", "future")
+    __slots__ = ("kind", "recs", "numel", "dtype", "md5")
 
     def __init__(self, kind, rec, numel, dtype):
         self.kind = kind
@@ -149,13 +181,12 @@ class _Slot:
         self.numel = numel
         self.dtype = dtype
         self.md5 = None
-        self.future = None
 
 
 class StatBuffer:
     """Pending on-device statistics of the records made since the last resolve."""
 
-    __slots__ = ("precision_high", "_scalars", "_slots", "_seen", "_bg", "_count")
+    __slots__ = ("precision_high", "_scalars", "_slots", "_seen", "_count")
 
     def __init__(self, precision="low"):
         self.precision_high = precision == "high"
@@ -168,7 +199,6 @@ class StatBuffer:
         self._scalars = {}   # device -> list of 0-dim tensors
         self._slots = {}     # device -> list of _Slot (in the order of their scalars)
         self._seen = {}      # id(tensor) -> (weakref, version, _Slot)
-        self._bg = []        # slots whose statistics a worker thread computes (big CPU tensors)
         self._count = 0
 
     def cached(self, t, rec):
@@ -198,20 +228,9 @@ class StatBuffer:
             kind = 2
             dtype = a.dtype
         else:
-            fresh = False
             if dtype not in _FLOAT_KEEP or self.precision_high:
-                fresh = t.dtype is not _F32
                 t = t.float()
                 dtype = _F32
-            if t.dim() and t.device.type == "cpu" and t.numel() >= _BG_NUMEL:
-                # big CPU tensor: copy now (one memory pass), reduce on a worker thread (three passes)
-                snap = t if fresh else t.clone(memory_format=torch.contiguous_format)
-                slot = _Slot(4 if dtype is _F32 else 0, rec, t.numel(), dtype)
-                slot.future = _crc_pool().submit(_cpu_stats, snap)
-                self._bg.append(slot)
-                self._count += 1
-                self._remember(orig, slot)
-                return slot
             if t.dim() == 0:
                 vals = (t.clone(),)   # a copy: later in-place ops (all_reduce, add_) must not change it
                 kind = 3
@@ -244,7 +263,7 @@ class StatBuffer:
 
     def resolve(self):
         """Move every pending statistic to the host (one transfer per device) and fill the records."""
-        scalars, slots, bg = self._scalars, self._slots, self._bg
+        scalars, slots = self._scalars, self._slots
         self.clear()
         low = {}   # dtype -> list of (slot index info) needing rounding of the mean / norm
         batches = []
@@ -254,12 +273,6 @@ class StatBuffer:
             with torch.no_grad():
                 batches.append((torch.stack([s if s.dtype is _F32 else s.float() for s in lst]).tolist(),
                                 slots[dev]))
-        if bg:
-            flat = []
-            for slot in bg:
-                flat.extend(slot.future.result())
-                slot.future = None
-            batches.append((flat, bg))
         for flat, dev_slots in batches:
             pos = 0
             for slot in dev_slots:
