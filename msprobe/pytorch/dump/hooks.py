@@ -271,6 +271,7 @@ class Hooks:
         self._wrappers = {}
         self._mode_pushed = False
         self.apis_suspended = False
+        self.pid = os.getpid()
         self.hooked_models = []
         self._module_handles = []
         self._param_handles = []
@@ -394,7 +395,7 @@ class Hooks:
 
     # ------------------------------------------------------------------ API calls
     def call(self, name, func, args, kwargs, distributed=False, shown=None):
-        if self.apis_suspended:
+        if self.apis_suspended or os.getpid() != self.pid:   # forked children (DataLoader workers) record nothing
             return func(*args, **kwargs)
         col = self.col
         n = col.api_count.get(name, 0)
