@@ -171,7 +171,7 @@ class Collector:
 
     # ------------------------------------------------------------------ values
     def tensor_rec(self, t, data_name, save):
-        rec = {"type": _tensor_type_name(t), "dtype": str(t.dtype), "shape": list(t.shape),
+        rec = {"type": _tensor_type_name(t), "dtype": str(t.dtype), "shape": tuple(t.shape),
                "Max": None, "Min": None, "Mean": None, "Norm": None,
                "requires_grad": t.requires_grad}
         p = None

@@ -25,6 +25,7 @@ Every hook body runs inside ``guard``: an exception is written once per name to
 ``dump_error_info.log`` and training goes on.
 """
 import functools
+import gc
 import json
 import os
 import sys
@@ -268,7 +269,8 @@ class Hooks:
         self.mode = _Mode(self)
         self._patched = []          # (owner, attr, original) currently applied
         self._targets = []          # (owner, attr, name, distributed) to wrap while dumping
-        self._wrappers = {}
+        self._plan = None           # [owner, attr, stored value, callable, wrapper, name, distributed]
+        self._gc_threshold = None
         self._mode_pushed = False
         self.apis_suspended = False
         self.pid = os.getpid()
@@ -314,23 +316,34 @@ class Hooks:
         """Wrap the chosen attributes (only while dumping: outside start()/stop() nothing is wrapped)."""
         if self._patched or not self._targets:
             return
-        for owner, attr, name, distributed in self._targets:
-            try:
-                current = getattr(owner, attr)
-                if getattr(current, "__msprobe_original__", None) is not None:
+        plan = self._plan
+        if plan is None:
+            plan = self._plan = []
+            for owner, attr, name, distributed in self._targets:
+                current = getattr(owner, attr, None)
+                if current is None or getattr(current, "__msprobe_original__", None) is not None:
                     continue
-                key = (id(owner), attr)
-                cached = self._wrappers.get(key)
-                if cached is not None and cached[0] is current:
-                    wrapper = cached[1]
-                else:
-                    wrapper = self._wrapper(name, current, distributed)
-                    self._wrappers[key] = (current, wrapper)
-                original = owner.__dict__.get(attr, _MISSING) if isinstance(owner, type) else current
-                setattr(owner, attr, wrapper)
-                self._patched.append((owner, attr, original))
+                stored = owner.__dict__.get(attr, _MISSING) if isinstance(owner, type) else current
+                plan.append([owner, attr, stored, current, self._wrapper(name, current, distributed),
+                             name, distributed])
+        patched = self._patched
+        for item in plan:
+            owner, attr, stored = item[0], item[1], item[2]
+            now = owner.__dict__.get(attr, _MISSING) if isinstance(owner, type) else getattr(owner, attr, _MISSING)
+            if now is not stored:
+                # replaced since the last start (e.g. by torch_npu or the user): wrap what is there now
+                if now is _MISSING and not isinstance(owner, type):
+                    continue
+                current = getattr(owner, attr, None)
+                if current is None or getattr(current, "__msprobe_original__", None) is not None:
+                    continue
+                item[2], item[3] = now, current
+                item[4] = self._wrapper(item[5], current, item[6])
+            try:
+                setattr(owner, attr, item[4])
             except Exception:
                 continue
+            patched.append((owner, attr, item[2]))
 
     def patch_off(self):
         for owner, attr, original in reversed(self._patched):
@@ -370,12 +383,23 @@ class Hooks:
 
     def push_mode(self):
         self.patch_on()
+        if self._gc_threshold is None:
+            # records are many small dicts: collect cyclic garbage in bigger batches while dumping
+            # (restored at stop(); what is collected does not change, only how often the collector runs)
+            self._gc_threshold = gc.get_threshold()
+            if self._gc_threshold[0] and self._gc_threshold[0] < 50000:
+                gc.set_threshold(50000, *self._gc_threshold[1:])
         if self.api_level and not self._mode_pushed:
             torch._C._push_on_torch_function_stack(self.mode)
             self._mode_pushed = True
 
     def pop_mode(self):
         self.patch_off()
+        if self._gc_threshold is not None:
+            try:
+                gc.set_threshold(*self._gc_threshold)
+            finally:
+                self._gc_threshold = None
         if not self._mode_pushed:
             return
         self._mode_pushed = False
