@@ -394,7 +394,8 @@ class Hooks:
             self._mode_pushed = True
 
     def pop_mode(self):
-        self.patch_off()
+        # wrapped attributes stay between dumped steps (a wrapper costs one flag check while off);
+        # Service removes them when a step is not dumped and at the end
         if self._gc_threshold is not None:
             try:
                 gc.set_threshold(*self._gc_threshold)

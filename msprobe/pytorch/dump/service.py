@@ -86,6 +86,7 @@ class Service:
             self.end()
             return
         if cfg.step and it not in cfg.step:
+            self.hooks.patch_off()      # not dumped: nothing wrapped at all
             return
         if self.first_start:
             self.first_start = False
@@ -93,6 +94,7 @@ class Service:
             if cfg.rank and (rank if rank is not None else 0) not in cfg.rank:
                 self.rank_ok = False
         if not self.rank_ok:
+            self.hooks.patch_off()
             return
         if model is not None and cfg.level in ("L0", "mix"):
             self.hooks.register_model(model)
