@@ -866,3 +866,20 @@ def test_norm_of_big_float32_tensor(tmp_path):
         assert rec["Norm"] == pytest.approx(float(torch.linalg.vector_norm(t)), rel=1e-6)
         assert rec["Mean"] == pytest.approx(float(t.mean()), rel=1e-5, abs=1e-7)
         assert rec["Max"] == float(t.max()) and rec["Min"] == float(t.min())
+
+
+def test_autograd_backward_records_implicit_ones_like(tmp_path):
+    """torch.autograd.backward(loss) makes its implicit gradient through a recorded torch.ones_like, like
+    loss.backward() (and like the reference, which records autograd's internal torch.ones_like call)."""
+    cfg = write_config(tmp_path)
+    dbg = PrecisionDebugger(config_path=cfg)
+    w = torch.randn(3, requires_grad=True)
+    dbg.start()
+    loss = (w * 2).sum()
+    torch.autograd.backward(loss)
+    dbg.stop()
+    dbg.step()
+    d = data(tmp_path)
+    assert "Torch.ones_like.0.forward" in d
+    assert d["Torch.ones_like.0.forward"]["output"][0]["Max"] == 1.0
+    assert torch.equal(w.grad, torch.full((3,), 2.0))

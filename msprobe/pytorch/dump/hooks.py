@@ -43,6 +43,7 @@ _DROPOUT = {"Functional.dropout", "Functional.dropout1d", "Functional.dropout2d"
             "Torch.feature_alpha_dropout_", "Torch.feature_dropout", "Torch.feature_dropout_",
             "NPU._npu_dropout"}
 _TENSOR_BACKWARD = torch.Tensor.backward
+_AUTOGRAD_BACKWARD = torch.autograd.backward
 _MISSING = object()
 _WALK_LIMIT = 20000
 _DisableTF = torch._C.DisableTorchFunction
@@ -251,6 +252,8 @@ class _Mode(TorchFunctionMode):
             return self.hooks.call(name, func, args, kwargs)
         if func is _TENSOR_BACKWARD:
             return self.hooks.tensor_backward(func, args, kwargs)
+        if func is _AUTOGRAD_BACKWARD:
+            return self.hooks.autograd_backward(func, args, kwargs)
         return func(*args, **kwargs)
 
 
@@ -537,6 +540,20 @@ class Hooks:
             gradient = self.call("Torch.ones_like", torch.ones_like, (t,), {"memory_format": torch.preserve_format})
             args = (t, gradient) + tuple(args[2:])
             kwargs = {k: v for k, v in kwargs.items() if k not in ("self", "gradient")}
+        return func(*args, **kwargs)
+
+    def autograd_backward(self, func, args, kwargs):
+        """``torch.autograd.backward(tensors)`` without grad_tensors: same as :meth:`tensor_backward`."""
+        tensors = args[0] if args else kwargs.get("tensors")
+        grads = args[1] if len(args) > 1 else kwargs.get("grad_tensors")
+        if grads is None and "Torch.ones_like" in self.func_names.values():
+            single = isinstance(tensors, torch.Tensor)
+            seq = [tensors] if single else list(tensors) if isinstance(tensors, (list, tuple)) else None
+            if seq and all(isinstance(t, torch.Tensor) and t.requires_grad and t.numel() == 1 for t in seq):
+                made = [self.call("Torch.ones_like", torch.ones_like, (t,), {"memory_format": torch.preserve_format})
+                        for t in seq]
+                rest = {k: v for k, v in kwargs.items() if k not in ("tensors", "grad_tensors")}
+                return func(tensors, made[0] if single else made, *args[2:], **rest)
         return func(*args, **kwargs)
 
     # ------------------------------------------------------------------ modules
