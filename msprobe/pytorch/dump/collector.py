@@ -338,6 +338,10 @@ class Collector:
             self.construct[name] = self.bwd_module_stack[-1] if self.bwd_module_stack else None
         if not self.wanted(name):
             return
+        self._backward_record(name, grad_outputs, grad_inputs)
+
+    def _backward_record(self, name, grad_outputs, grad_inputs):
+        """``input`` = grads of the forward outputs, ``output`` = grads of the forward inputs."""
         save = self._save_for(name) or self.overflow
         rec = {}
         if self.bwd_in:
@@ -441,16 +445,7 @@ class Collector:
             self.construct[name] = parent
         if not self.wanted(name):
             return
-        save = self._save_for(name) or self.overflow
-        rec = {}
-        if self.bwd_in:
-            rec["input"] = [self.convert(g, f"{name}.input.{i}", save) for i, g in enumerate(grad_outputs)]
-        if self.bwd_out:
-            rec["output"] = [self.convert(g, f"{name}.output.{i}", save) for i, g in enumerate(grad_inputs)]
-        if self.overflow:
-            self._overflow_check(name, rec)
-        else:
-            self.data[name] = rec
+        self._backward_record(name, grad_outputs, grad_inputs)
 
     # ------------------------------------------------------------------ debug save
     def debug_save(self, name, value, grad=False):

@@ -229,6 +229,20 @@ def _as_called(func, args, kwargs):
         return args, kwargs
 
 
+def guarded(errors, where, fn, *args):
+    """Run tool code ``fn(*args)`` from a hook: nested calls are not recorded, torch-function handling
+    is off, and an exception is logged (once per name) instead of reaching the training."""
+    TLS.depth += 1
+    try:
+        with _DisableTF():
+            return fn(*args)
+    except Exception as exc:
+        errors.record(where, exc)
+        return None
+    finally:
+        TLS.depth -= 1
+
+
 class _Mode(TorchFunctionMode):
     """Records ``torch.*`` / ``F.*`` / ``_VF.*`` calls by function object."""
 
@@ -516,16 +530,8 @@ class Hooks:
         errors = self.errors
 
         def post(grad_inputs, grad_outputs):
-            if col.generation != gen or TLS.depth:
-                return None
-            TLS.depth += 1
-            try:
-                with _DisableTF():
-                    col.api_backward(bname, grad_outputs, grad_inputs)
-            except Exception as exc:
-                errors.record(bname, exc)
-            finally:
-                TLS.depth -= 1
+            if col.generation == gen and not TLS.depth:
+                guarded(errors, bname, col.api_backward, bname, grad_outputs, grad_inputs)
             return None
 
         node.register_hook(post)
@@ -651,16 +657,8 @@ class Hooks:
         errors = self.errors
 
         def hook(grad):
-            if TLS.depth or key not in col.data:
-                return None
-            TLS.depth += 1
-            try:
-                with _DisableTF():
-                    col.param_grad(key, pname, grad)
-            except Exception as exc:
-                errors.record(key, exc)
-            finally:
-                TLS.depth -= 1
+            if not TLS.depth and key in col.data:
+                guarded(errors, key, col.param_grad, key, pname, grad)
             return None
 
         return hook
@@ -735,49 +733,40 @@ class Hooks:
             col.module_backward(name, state["parent"], state["out"], state["in"] if need_in else [])
             col.pending_backward.pop(name, None)
 
+        def got_output_grad(i, grad):
+            state["out"][i] = grad
+            state["got_out"] += 1
+            if not state["started"]:
+                state["started"] = True
+                state["parent"] = col.bwd_module_stack[-1] if col.bwd_module_stack else None
+                col.bwd_module_stack.append(name)
+                col.pending_backward[name] = finish
+            if state["left"] <= 0 and state["got_out"] >= len(outs):
+                finish()
+
+        def got_input_grads(slots, grad_inputs):
+            with torch.no_grad():
+                for pos, j in slots:
+                    g = grad_inputs[pos] if pos < len(grad_inputs) else None
+                    if g is None:
+                        continue
+                    prev = state["in"][j]
+                    state["in"][j] = g if prev is None else prev + g
+            state["left"] -= 1
+            if state["left"] <= 0:
+                finish()
+
         def out_hook(i):
             def hook(grad):
-                if col.generation != gen or state["done"] or TLS.depth:
-                    return None
-                TLS.depth += 1
-                try:
-                    with _DisableTF():
-                        state["out"][i] = grad
-                        state["got_out"] += 1
-                        if not state["started"]:
-                            state["started"] = True
-                            state["parent"] = col.bwd_module_stack[-1] if col.bwd_module_stack else None
-                            col.bwd_module_stack.append(name)
-                            col.pending_backward[name] = finish
-                        if state["left"] <= 0 and state["got_out"] >= len(outs):
-                            finish()
-                except Exception as exc:
-                    errors.record(name, exc)
-                finally:
-                    TLS.depth -= 1
+                if col.generation == gen and not state["done"] and not TLS.depth:
+                    guarded(errors, name, got_output_grad, i, grad)
                 return None
             return hook
 
         def node_hook(slots):
             def hook(grad_inputs, grad_outputs):
-                if col.generation != gen or state["done"] or TLS.depth:
-                    return None
-                TLS.depth += 1
-                try:
-                    with _DisableTF(), torch.no_grad():
-                        for pos, j in slots:
-                            g = grad_inputs[pos] if pos < len(grad_inputs) else None
-                            if g is None:
-                                continue
-                            prev = state["in"][j]
-                            state["in"][j] = g if prev is None else prev + g
-                        state["left"] -= 1
-                        if state["left"] <= 0:
-                            finish()
-                except Exception as exc:
-                    errors.record(name, exc)
-                finally:
-                    TLS.depth -= 1
+                if col.generation == gen and not state["done"] and not TLS.depth:
+                    guarded(errors, name, got_input_grads, slots, grad_inputs)
                 return None
             return hook
 
