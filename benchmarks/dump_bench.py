@@ -42,7 +42,6 @@ import datetime
 import glob
 import json
 import os
-import platform
 import re
 import shlex
 import shutil
@@ -51,6 +50,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from machine import machine_line  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "benchmarks" / "dump_bench_worker.py"
@@ -262,24 +264,6 @@ def run_one(impl: Impl, config: str | None, model: str, steps: int, warmup: int,
 # ---------------------------------------------------------------------------------------------------------------------
 # report
 # ---------------------------------------------------------------------------------------------------------------------
-
-def machine_line() -> str:
-    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024 ** 3
-    cpu = ""
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        load = "?"
-    return (f"{platform.node()}: nproc {os.cpu_count()}, {mem_gib:.1f} GiB RAM, {cpu or platform.machine()}, "
-            f"Linux {platform.release()}, Python {platform.python_version()}; load average at start {load}")
-
 
 def _ms(x):
     if x is None:

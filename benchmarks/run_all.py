@@ -32,7 +32,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import shlex
 import shutil
 import subprocess
@@ -40,6 +39,9 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from machine import machine_line  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_WORK = ROOT / "bench_work"
@@ -225,24 +227,6 @@ def ref_venv(var: str, default: str):
     venv = Path(os.environ.get(var, default))
     exe = venv / "bin" / "msprobe"
     return (venv, exe) if exe.is_file() and os.access(exe, os.X_OK) else (venv, None)
-
-
-def machine_line() -> str:
-    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024 ** 3
-    cpu = ""
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        load = "?"
-    return (f"{platform.node()}: nproc {os.cpu_count()}, {mem_gib:.1f} GiB RAM, {cpu or platform.machine()}, "
-            f"Linux {platform.release()}, Python {platform.python_version()}; load average at start {load}")
 
 
 def fmt_ratio(x):
