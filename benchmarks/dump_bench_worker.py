@@ -115,6 +115,8 @@ def main():
     ap.add_argument("--config", default=None, help="msprobe config.json; without it no debugger is constructed")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--baseline", action="store_true",
+                    help="first time the same steps without a debugger in this process (same-process A/B)")
     a = ap.parse_args()
 
     torch.set_num_threads(1)
@@ -124,6 +126,36 @@ def main():
     dbg = None
     info = {"msprobe_file": None, "msprobe_version": None}
     t_import = t_ctor = 0.0
+
+    def run_steps(dbg):
+        times, cpu_times = [], []
+        loss = None
+        for i in range(a.warmup + a.steps):
+            c0 = time.process_time()
+            t0 = time.perf_counter()
+            if dbg is not None:
+                dbg.start(model)
+            opt.zero_grad()
+            out = model(x)
+            loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+            loss.backward()
+            if dbg is not None:
+                dbg.stop()
+            opt.step()
+            if dbg is not None:
+                dbg.step()
+            dt = time.perf_counter() - t0
+            dc = time.process_time() - c0
+            if i >= a.warmup:
+                times.append(dt * 1000.0)
+                cpu_times.append(dc * 1000.0)
+        return times, cpu_times, loss
+
+    baseline = None
+    if a.baseline:
+        b_times, b_cpu, _ = run_steps(None)
+        baseline = {"baseline_median_ms": statistics.median(b_times),
+                    "baseline_cpu_median_ms": statistics.median(b_cpu)}
     if a.config:
         t0 = time.perf_counter()
         import msprobe
@@ -138,35 +170,14 @@ def main():
         t0 = time.perf_counter()
         dbg = PrecisionDebugger(config_path=a.config)
         t_ctor = time.perf_counter() - t0
-
-    times, cpu_times = [], []
-    loss = None
-    for i in range(a.warmup + a.steps):
-        c0 = time.process_time()
-        t0 = time.perf_counter()
-        if dbg is not None:
-            dbg.start(model)
-        opt.zero_grad()
-        out = model(x)
-        loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
-        loss.backward()
-        if dbg is not None:
-            dbg.stop()
-        opt.step()
-        if dbg is not None:
-            dbg.step()
-        dt = time.perf_counter() - t0
-        dc = time.process_time() - c0
-        if i >= a.warmup:
-            times.append(dt * 1000.0)
-            cpu_times.append(dc * 1000.0)
+    times, cpu_times, loss = run_steps(dbg)
 
     res = {"dump_bench": 1, "impl": a.impl, "model": a.model, "debugger": dbg is not None,
            "median_ms": statistics.median(times), "min_ms": min(times), "steps_ms": [round(t, 3) for t in times],
            "cpu_median_ms": statistics.median(cpu_times), "cpu_steps_ms": [round(t, 3) for t in cpu_times],
            "warmup": a.warmup, "import_s": round(t_import, 3), "ctor_s": round(t_ctor, 3),
            "loss": float(loss.item()) if loss is not None else None, "torch": torch.__version__,
-           "python": sys.executable, **info}
+           "python": sys.executable, **info, **(baseline or {})}
     sys.stdout.flush()
     sys.stdout.write("\n" + json.dumps(res) + "\n")
     sys.stdout.flush()
