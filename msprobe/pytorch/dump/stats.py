@@ -71,12 +71,9 @@ def crc32_hex(t):
     if c.dim() == 0:
         c = c.reshape(1)
     try:
-        if c.dtype in (torch.bfloat16,) or c.dtype.is_complex or str(c.dtype).startswith("torch.float8"):
-            buf = c.view(torch.uint8).numpy().tobytes()
-        else:
-            buf = c.numpy().tobytes()
+        buf = _bytes_of(c)          # a contiguous numpy view: zlib reads it in place, no copy
     except Exception:
-        buf = bytes(c.view(torch.uint8).tolist())
+        buf = bytes(c.reshape(-1).view(torch.uint8).tolist())
     return "%08x" % (zlib.crc32(buf) & 0xFFFFFFFF)
 
 
@@ -140,6 +137,7 @@ _WORKER = _CrcWorker()
 
 
 def _bytes_of(c):
+    """A numpy view of a contiguous CPU tensor's bytes (dtypes numpy lacks are viewed as uint8)."""
     if c.dtype in (torch.bfloat16,) or c.dtype.is_complex or str(c.dtype).startswith("torch.float8"):
         c = c.view(torch.uint8)
     return c.numpy()
