@@ -883,3 +883,26 @@ def test_autograd_backward_records_implicit_ones_like(tmp_path):
     assert "Torch.ones_like.0.forward" in d
     assert d["Torch.ones_like.0.forward"]["output"][0]["Max"] == 1.0
     assert torch.equal(w.grad, torch.full((3,), 2.0))
+
+
+def test_register_custom_api(tmp_path):
+    import types
+    lib = types.ModuleType("mylib")
+    lib.scale = lambda t, k=2.0: t * k
+    cfg = write_config(tmp_path)
+    dbg = PrecisionDebugger(config_path=cfg)
+    PrecisionDebugger.register_custom_api(lib, "scale")
+    with pytest.raises(MsprobeError, match="does not have"):
+        PrecisionDebugger.register_custom_api(lib, "missing")
+    dbg.start()
+    out = lib.scale(torch.ones(3), k=3.0)
+    dbg.stop()
+    dbg.step()
+    PrecisionDebugger.restore_custom_api(lib, "scale")
+    assert not hasattr(lib.scale, "__msprobe_original__")
+    d = data(tmp_path)
+    assert torch.equal(out, torch.full((3,), 3.0))
+    rec = d["mylib.scale.0.forward"]
+    assert rec["input_kwargs"]["k"] == {"type": "float", "value": 3.0}
+    assert rec["output"][0]["Max"] == 3.0
+    assert "Tensor.__mul__.0.forward" not in d      # nested inside the custom API

@@ -108,6 +108,23 @@ class PrecisionDebugger:
         debug_save(inst.service, variable, name, save_backward)
 
     @classmethod
+    def register_custom_api(cls, module, api, api_prefix=None):
+        """Record calls of ``module.api`` as ``{api_prefix}.{api}.{n}.forward`` (prefix: the module's name)."""
+        inst = cls._get()
+        if not isinstance(api, str) or not hasattr(module, api):
+            raise MsprobeError(f"register_custom_api: module {getattr(module, '__name__', module)!s} does not have "
+                               f"{api!r}")
+        prefix = api_prefix if api_prefix is not None else getattr(module, "__name__", None)
+        if not isinstance(prefix, str) or not prefix:
+            raise MsprobeError("register_custom_api: api_prefix must be a non-empty str (the module has no __name__)")
+        inst.service.hooks.register_custom(module, api, prefix)
+
+    @classmethod
+    def restore_custom_api(cls, module, api):
+        """Undo :meth:`register_custom_api`."""
+        cls._get().service.hooks.restore_custom(module, api)
+
+    @classmethod
     def _reset_for_tests(cls):
         """Drop the singleton (restoring every patch). For tests only."""
         inst = cls._instance

@@ -288,6 +288,7 @@ class Hooks:
         self._targets = []          # (owner, attr, name, distributed) to wrap while dumping
         self._plan = None           # [owner, attr, stored value, callable, wrapper, name, distributed]
         self._gc_threshold = None
+        self._custom = {}           # (id(module), api) -> (module, api, original): register_custom_api
         self._mode_pushed = False
         self.apis_suspended = False
         self.pid = os.getpid()
@@ -373,7 +374,22 @@ class Hooks:
                 pass
         self._patched = []
 
+    def register_custom(self, module, api, prefix):
+        key = (id(module), api)
+        if key in self._custom:
+            return
+        orig = getattr(module, api)
+        setattr(module, api, self._wrapper(f"{prefix}.{api}", orig))
+        self._custom[key] = (module, api, orig)
+
+    def restore_custom(self, module, api):
+        entry = self._custom.pop((id(module), api), None)
+        if entry is not None:
+            setattr(entry[0], entry[1], entry[2])
+
     def restore(self):
+        for module, api, _orig in list(self._custom.values()):
+            self.restore_custom(module, api)
         self.patch_off()
         self.pop_mode()
         for h in self._module_handles + self._param_handles:
