@@ -906,3 +906,27 @@ def test_register_custom_api(tmp_path):
     assert rec["input_kwargs"]["k"] == {"type": "float", "value": 3.0}
     assert rec["output"][0]["Max"] == 3.0
     assert "Tensor.__mul__.0.forward" not in d      # nested inside the custom API
+
+
+@pytest.mark.parametrize("async_dump", [False, True])
+def test_tensor_mode_saves_an_unchanged_tensor_once(tmp_path, async_dump):
+    """A tensor recorded twice unchanged (an output feeding the next API) is written once; the second
+    data_name is a hard link to the same bytes, so every data_name still names a loadable file."""
+    section = {"scope": [], "list": ["relu", "sigmoid"] if async_dump else [], "data_mode": ["all"]}
+    cfg = write_config(tmp_path, task="tensor", async_dump=async_dump, section=section)
+    dbg = PrecisionDebugger(config_path=cfg)
+    x = torch.randn(4, 5)
+    dbg.start()
+    y = torch.relu(x)
+    z = torch.sigmoid(y)
+    dbg.stop()
+    dbg.step()
+    PrecisionDebugger._reset_for_tests()      # async: ending the debugger waits for the writer thread
+    d = data(tmp_path)
+    tdir = rank_dir(tmp_path) / "dump_tensor_data"
+    out_name = d["Torch.relu.0.forward"]["output"][0]["data_name"]
+    in_name = d["Torch.sigmoid.0.forward"]["input_args"][0]["data_name"]
+    assert (out_name, in_name) == ("Torch.relu.0.forward.output.0.pt", "Torch.sigmoid.0.forward.input.0.pt")
+    assert os.stat(tdir / out_name).st_ino == os.stat(tdir / in_name).st_ino
+    assert torch.equal(torch.load(tdir / in_name, weights_only=True), y)
+    assert torch.equal(torch.load(tdir / "Torch.sigmoid.0.forward.output.0.pt", weights_only=True), z)

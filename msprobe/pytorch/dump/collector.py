@@ -85,6 +85,18 @@ class TensorWriter:
             finally:
                 self._q.task_done()
 
+    def link(self, existing, path, tensor):
+        """``path`` as a hard link to the already saved ``existing`` (same bytes); a copy where links fail."""
+        def make():
+            try:
+                os.link(existing, path)
+            except OSError:
+                torch.save(tensor.clone().contiguous(), path)
+        if self.background:
+            self._q.put(make)          # after the save of ``existing`` (one FIFO writer thread)
+        else:
+            make()
+
     def submit(self, fn):
         """Run ``fn`` on the writer thread (async_dump) or now."""
         if not self.background:
@@ -175,6 +187,7 @@ class Collector:
                "Max": None, "Min": None, "Mean": None, "Norm": None,
                "requires_grad": t.requires_grad}
         p = None
+        slot = None
         if not self.structure_only:
             slot = self.stats.cached(t, rec)
             if slot is None:
@@ -196,8 +209,16 @@ class Collector:
                 p = _plain(t)
             if not p.is_meta:
                 fname = data_name + ".pt"
-                self.writer.save(p.clone().contiguous() if self.writer.background or p.is_contiguous()
-                                 else p.contiguous(), os.path.join(self.tensor_dir, fname))
+                path = os.path.join(self.tensor_dir, fname)
+                first = slot.path if slot is not None else None
+                if first is not None and first != path:
+                    # the same tensor, unchanged, was saved already this step: a hard link, not a second copy
+                    self.writer.link(first, path, p)
+                else:
+                    self.writer.save(p.clone().contiguous() if self.writer.background or p.is_contiguous()
+                                     else p.contiguous(), path)
+                    if slot is not None:
+                        slot.path = path
                 rec["data_name"] = fname
         return rec
 

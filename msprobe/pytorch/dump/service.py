@@ -179,6 +179,7 @@ class Service:
         self.ended = True
         RT.on = False
         self.hooks.restore()
+        self.collector.wait_writes()
         log.info("msprobe ends successfully.")
 
     def module_dump(self, module, dump_name):

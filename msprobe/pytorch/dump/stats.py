@@ -171,7 +171,7 @@ def crc32_deferred(t):
 
 class _Slot:
     """Pending statistics of one tensor value, shared by every record of that value."""
-    __slots__ = ("kind", "recs", "numel", "dtype", "md5")
+    __slots__ = ("kind", "recs", "numel", "dtype", "md5", "path")
 
     def __init__(self, kind, rec, numel, dtype):
         self.kind = kind
@@ -179,6 +179,7 @@ class _Slot:
         self.numel = numel
         self.dtype = dtype
         self.md5 = None
+        self.path = None        # tensor mode: the file this value was first saved to
 
 
 class StatBuffer:
