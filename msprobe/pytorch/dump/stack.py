@@ -10,6 +10,7 @@ import os
 import sys
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+_DISPATCH_FILE = os.path.join("torch", "overrides.py")
 _FORMATTED = {}          # frame key -> formatted frames, kept across steps (call sites repeat every step)
 _FORMATTED_MAX = 100_000
 
@@ -60,8 +61,8 @@ def _format(key):
     out = []
     for code, lineno in key:
         path = code.co_filename
-        if path.startswith(_PKG_DIR):
-            continue
+        if path.startswith(_PKG_DIR) or path.endswith(_DISPATCH_FILE):
+            continue   # msprobe itself, and torch's __torch_function__ dispatch that leads into it
         line = linecache.getline(path, lineno).strip()
         if not line:
             continue
