@@ -1,0 +1,1 @@
+"""PyTorch dump internals: capture hooks, collector, statistics, call stacks, lifecycle."""
