@@ -930,3 +930,91 @@ def test_tensor_mode_saves_an_unchanged_tensor_once(tmp_path, async_dump):
     assert os.stat(tdir / out_name).st_ino == os.stat(tdir / in_name).st_ino
     assert torch.equal(torch.load(tdir / in_name, weights_only=True), y)
     assert torch.equal(torch.load(tdir / "Torch.sigmoid.0.forward.output.0.pt", weights_only=True), z)
+
+
+# ------------------------------------------------------------------------------------------ more filters and modes
+def test_mix_list_expands_a_listed_module(tmp_path):
+    """At mix, a listed module records everything executed inside it; APIs outside stay unrecorded."""
+    cfg = write_config(tmp_path, level="mix", section={"scope": [], "list": ["Module.act."], "data_mode": ["all"]})
+    net_step(PrecisionDebugger(config_path=cfg))
+    names = set(data(tmp_path))
+    assert "Module.act.ReLU.forward.0" in names and "Functional.relu.0.forward" in names
+    assert "Functional.linear.0.forward" not in names and "Tensor.__mul__.0.forward" not in names
+
+
+def test_module_dump_records_the_module_as_one_unit(tmp_path):
+    from msprobe.pytorch import module_dump, module_dump_end
+    cfg = write_config(tmp_path)
+    dbg = PrecisionDebugger(config_path=cfg)
+    net = Net()
+    x = torch.randn(5, 4)
+    dbg.start()
+    module_dump(net.fc, "first")
+    y = net.fc(x)
+    module_dump_end()
+    torch.relu(y)
+    dbg.stop()
+    dbg.step()
+    d = data(tmp_path)
+    assert "Module.first.Linear.forward.0" in d
+    assert "Functional.linear.0.forward" not in d          # inner APIs are not recorded meanwhile
+    assert "Torch.relu.0.forward" in d                     # ... and are again afterwards
+    assert d["Module.first.Linear.forward.0"]["output"][0]["shape"] == [5, 3]
+
+
+def test_rank_filter_without_distributed(tmp_path):
+    """Not distributed counts as rank 0: rank [1] records nothing (no step directory)."""
+    cfg = write_config(tmp_path, rank=[1])
+    net_step(PrecisionDebugger(config_path=cfg))
+    assert not (tmp_path / "dump" / "step0").exists()
+
+
+def test_precision_high_casts_to_float32(tmp_path):
+    cfg = write_config(tmp_path, precision="high")
+    dbg = PrecisionDebugger(config_path=cfg)
+    x = (torch.arange(10, dtype=torch.float32) / 3).to(torch.bfloat16)
+    one_step(dbg, lambda: torch.relu(x))
+    rec = data(tmp_path)["Torch.relu.0.forward"]["input_args"][0]
+    assert rec["dtype"] == "torch.bfloat16"
+    assert rec["Mean"] == pytest.approx(float(x.float().mean()), rel=1e-6)     # not rounded to bf16
+    assert rec["Norm"] == pytest.approx(float(x.float().norm()), rel=1e-6)
+
+
+def test_tensor_list_saves_only_matching_tensors(tmp_path):
+    cfg = write_config(tmp_path, section={"scope": [], "list": [], "data_mode": ["all"],
+                                          "summary_mode": "statistics", "tensor_list": ["relu"]})
+    net_step(PrecisionDebugger(config_path=cfg))
+    files = os.listdir(rank_dir(tmp_path) / "dump_tensor_data")
+    assert files and all("relu" in f for f in files)
+    assert "data_name" not in data(tmp_path)["Functional.linear.0.forward"]["input_args"][0]
+
+
+def test_existing_dump_is_not_overwritten(tmp_path):
+    cfg = write_config(tmp_path)
+    net_step(PrecisionDebugger(config_path=cfg))
+    PrecisionDebugger._reset_for_tests()
+    before = (rank_dir(tmp_path) / "dump.json").read_bytes()
+    with pytest.raises(MsprobeError, match="already holds a dump"):
+        PrecisionDebugger(config_path=cfg)
+    assert (rank_dir(tmp_path) / "dump.json").read_bytes() == before
+
+
+def test_distributed_all_reduce_single_rank(tmp_path):
+    """A 1-process gloo group: Distributed.all_reduce is recorded (output = the arguments after the call)
+    and the directory is rank0."""
+    import torch.distributed as dist
+    if not dist.is_available():
+        pytest.skip("torch.distributed is not available in this build")
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        cfg = write_config(tmp_path)
+        dbg = PrecisionDebugger(config_path=cfg)
+        t = torch.full((3,), 2.0)
+        one_step(dbg, lambda: dist.all_reduce(t))
+        d = json.loads((tmp_path / "dump" / "step0" / "rank0" / "dump.json").read_text())["data"]
+        rec = d["Distributed.all_reduce.0.forward"]
+        assert rec["input_args"][0]["Max"] == 2.0
+        assert rec["output"][0]["Max"] == 2.0
+    finally:
+        dist.destroy_process_group()
