@@ -1018,3 +1018,20 @@ def test_distributed_all_reduce_single_rank(tmp_path):
         assert rec["output"][0]["Max"] == 2.0
     finally:
         dist.destroy_process_group()
+
+
+def test_inference_mode_tensors(tmp_path):
+    """Tensors made under torch.inference_mode() have no version counter; they are recorded all the same."""
+    cfg = write_config(tmp_path)
+    dbg = PrecisionDebugger(config_path=cfg)
+    with torch.inference_mode():
+        x = torch.arange(6, dtype=torch.float32)
+        dbg.start()
+        y = torch.relu(x)
+        torch.sigmoid(y)
+        dbg.stop()
+    dbg.step()
+    d = data(tmp_path)
+    assert d["Torch.relu.0.forward"]["input_args"][0]["Max"] == 5.0
+    assert d["Torch.sigmoid.0.forward"]["input_args"][0]["Max"] == 5.0
+    assert not (rank_dir(tmp_path) / "dump_error_info.log").exists()

@@ -203,7 +203,12 @@ class StatBuffer:
     def cached(self, t, rec):
         """Share the pending statistics of ``t`` if it was recorded unchanged before; returns the slot."""
         ent = self._seen.get(id(t))
-        if ent is None or ent[0]() is not t or ent[1] != t._version:
+        if ent is None or ent[0]() is not t:
+            return None
+        try:
+            if ent[1] != t._version:
+                return None
+        except RuntimeError:      # inference tensors have no version counter
             return None
         slot = ent[2]
         slot.recs.append(rec)
@@ -257,7 +262,7 @@ class StatBuffer:
         if orig is not None:
             try:
                 self._seen[id(orig)] = (weakref.ref(orig), orig._version, slot)
-            except TypeError:
+            except (TypeError, RuntimeError):   # no weakref support / inference tensor without a version
                 pass
 
     def resolve(self):
