@@ -1035,3 +1035,23 @@ def test_inference_mode_tensors(tmp_path):
     assert d["Torch.relu.0.forward"]["input_args"][0]["Max"] == 5.0
     assert d["Torch.sigmoid.0.forward"]["input_args"][0]["Max"] == 5.0
     assert not (rank_dir(tmp_path) / "dump_error_info.log").exists()
+
+
+def test_async_write_failure_is_logged(tmp_path, monkeypatch):
+    """A tensor file that the async writer thread cannot write is reported in dump_error_info.log."""
+    from msprobe.pytorch.dump import collector as collector_mod
+
+    def broken_save(obj, path):
+        raise OSError(f"disk full while writing {path}")
+
+    monkeypatch.setattr(collector_mod.torch, "save", broken_save)
+    section = {"scope": [], "list": ["relu"], "data_mode": ["all"]}
+    cfg = write_config(tmp_path, task="tensor", async_dump=True, section=section)
+    dbg = PrecisionDebugger(config_path=cfg)
+    dbg.start()
+    torch.relu(torch.ones(3))
+    dbg.stop()
+    dbg.service.collector.wait_writes()
+    dbg.step()
+    log = (rank_dir(tmp_path) / "dump_error_info.log").read_text()
+    assert "disk full" in log and "tensor file" in log

@@ -27,10 +27,9 @@ _SIMPLE = {bool: "bool", int: "int", float: "float", str: "str"}
 class Scope:
     """scope ([start, end] range) plus list (substring) filter, evaluated on every checked name."""
 
-    def __init__(self, scope, names, level):
+    def __init__(self, scope, names):
         self.start, self.end = (scope[0], scope[1]) if scope else (None, None)
         self.names = tuple(names)
-        self.level = level
         self.in_range = not scope
         self.open_expanders = 0   # mix: modules matching a list item currently executing
 
@@ -54,62 +53,49 @@ class Scope:
 
 
 class TensorWriter:
-    """Saves tensor files, inline or (async) on a background thread."""
+    """Saves tensor files, inline or (async_dump) on one background thread, in submission order."""
 
     def __init__(self, background):
         self.background = background
         self._q = None
-        self._thread = None
-        self.errors = []
-
-    def save(self, tensor, path):
-        if not self.background:
-            torch.save(tensor, path)
-            return
-        if self._thread is None:
-            self.save_start()
-        self._q.put((tensor, path))
+        self.errors = []       # failures on the writer thread; the service logs them at the next flush
 
     def _run(self):
         while True:
-            item = self._q.get()
+            fn = self._q.get()
             try:
-                if item is None:
-                    return
-                if callable(item):
-                    item()
-                else:
-                    torch.save(item[0], item[1])
-            except Exception as exc:  # reported at the next flush
-                self.errors.append(f"{item if callable(item) else item[1]}: {exc}")
+                fn()
+            except Exception as exc:
+                self.errors.append(exc)
             finally:
                 self._q.task_done()
-
-    def link(self, existing, path, tensor):
-        """``path`` as a hard link to the already saved ``existing`` (same bytes); a copy where links fail."""
-        def make():
-            try:
-                os.link(existing, path)
-            except OSError:
-                torch.save(tensor.clone().contiguous(), path)
-        if self.background:
-            self._q.put(make)          # after the save of ``existing`` (one FIFO writer thread)
-        else:
-            make()
 
     def submit(self, fn):
         """Run ``fn`` on the writer thread (async_dump) or now."""
         if not self.background:
             fn()
             return
-        if self._thread is None:
-            self.save_start()
+        if self._q is None:
+            self._q = queue.Queue(maxsize=4096)   # back-pressure: training waits if the disk falls behind
+            threading.Thread(target=self._run, name="msprobe-save", daemon=True).start()
         self._q.put(fn)
 
-    def save_start(self):
-        self._q = queue.Queue(maxsize=4096)   # back-pressure: training waits if the disk falls behind
-        self._thread = threading.Thread(target=self._run, name="msprobe-save", daemon=True)
-        self._thread.start()
+    def save(self, tensor, path):
+        self.submit(lambda: torch.save(tensor, path))
+
+    def link(self, existing, path, tensor):
+        """``path`` as a hard link to the already saved ``existing`` (same bytes); a copy where links fail.
+        Queued after the save of ``existing`` on the same FIFO thread."""
+        def make():
+            try:
+                os.link(existing, path)
+            except OSError:
+                torch.save(tensor.clone().contiguous(), path)
+        self.submit(make)
+
+    def take_errors(self):
+        errors, self.errors = self.errors, []
+        return errors
 
     def wait(self):
         if self._q is not None:
@@ -137,7 +123,7 @@ class Collector:
         self.writer = TensorWriter(cfg.async_dump)
         self.framework = framework
         self.stats = StatBuffer(cfg.precision)
-        self.scope = Scope(cfg.scope, cfg.list, cfg.level) if (cfg.scope or cfg.list) else None
+        self.scope = Scope(cfg.scope, cfg.list) if (cfg.scope or cfg.list) else None
         self.step_dir = None
         self.tensor_dir = None
         self.generation = 0
@@ -161,7 +147,6 @@ class Collector:
         self.module_count = {}
         self.debug_count = {}
         self.stats.clear()
-        self._save_prefix = None
         self.fwd_module_stack = []
         self.bwd_module_stack = []
         self.pending_backward = {}
@@ -303,14 +288,15 @@ class Collector:
                 "group_id": "%08x" % (zlib.crc32(str(ranks).encode()) & 0xFFFFFFFF)}
 
     def _save_for(self, name):
-        if self.save_tensors:
+        """Whether the tensors of ``name`` are saved as files (overflow_check: saved, deleted unless it overflows)."""
+        if self.save_tensors or self.overflow:
             return True
         if self.tensor_list:
             return any(item in name for item in self.tensor_list)
         return False
 
     # ------------------------------------------------------------------ APIs
-    def api_inputs(self, name, args, kwargs, record_stack):
+    def api_inputs(self, name, args, kwargs):
         """Record forward inputs of API ``name``; returns the pending record (or None when filtered)."""
         if self.terminated:
             return None
@@ -321,7 +307,7 @@ class Collector:
             return None
         if not (self.fwd_in or self.fwd_out):
             return None
-        save = self._save_for(name) or self.overflow
+        save = self._save_for(name)
         rec = {}
         if self.fwd_in:
             rec["input_args"] = [self.convert(a, f"{name}.input.{i}", save) for i, a in enumerate(args)]
@@ -330,14 +316,13 @@ class Collector:
         rec["is_recompute"] = False
         if not self.overflow:
             self.data[name] = rec
-        if record_stack:
-            self.stack.add(name, skip=4)
+        self.stack.add(name, skip=4)
         return rec
 
     def api_outputs(self, name, rec, out, distributed=False, args=(), kwargs=None):
         if rec is None:
             return
-        save = self._save_for(name) or self.overflow
+        save = self._save_for(name)
         if self.fwd_out:
             if distributed:
                 vals = list(args) + list((kwargs or {}).values())
@@ -363,7 +348,7 @@ class Collector:
 
     def _backward_record(self, name, grad_outputs, grad_inputs):
         """``input`` = grads of the forward outputs, ``output`` = grads of the forward inputs."""
-        save = self._save_for(name) or self.overflow
+        save = self._save_for(name)
         rec = {}
         if self.bwd_in:
             rec["input"] = [self.convert(g, f"{name}.input.{i}", save) for i, g in enumerate(grad_outputs)]
@@ -408,11 +393,11 @@ class Collector:
         return not sc.names or sc.open_expanders > 0 or any(item in name for item in sc.names)
 
     def module_inputs(self, name, args, kwargs):
-        save = self._save_for(name) or self.overflow
+        save = self._save_for(name)
         return ([self.convert(a, f"{name}.input.{i}", save) for i, a in enumerate(args)],
                 {k: self.kwargs_value(k, v, f"{name}.kwargs.{k}", save) for k, v in kwargs.items()})
 
-    def module_forward(self, name, parent, inputs, out, params, record_stack):
+    def module_forward(self, name, parent, inputs, out, params):
         if self.terminated:
             return False
         self.dirty = True
@@ -421,7 +406,7 @@ class Collector:
             self.construct[name] = parent
         if not self.wanted(name) or not (self.fwd_in or self.fwd_out):
             return False
-        save = self._save_for(name) or self.overflow
+        save = self._save_for(name)
         rec = {}
         if inputs is not None:
             rec["input_args"], rec["input_kwargs"] = inputs
@@ -435,8 +420,7 @@ class Collector:
         else:
             self.data.pop(name, None)
             self.data[name] = rec
-        if record_stack:
-            self.stack.add(name, skip=4)
+        self.stack.add(name, skip=4)
         return True
 
     def param_grad_placeholder(self, key, names):
@@ -486,8 +470,7 @@ class Collector:
     # ------------------------------------------------------------------ files
     def header(self):
         return {"task": self.task, "level": self.level, "framework": self.framework,
-                "dump_data_dir": self.tensor_dir if (self.tensor_dir and (self.save_tensors or self.overflow
-                                                                           or self.tensor_list)) else None}
+                "dump_data_dir": self.tensor_dir}
 
     def flush(self):
         """Resolve pending statistics and rewrite the step's JSON files."""
@@ -496,7 +479,7 @@ class Collector:
         if not self.dirty and not len(self.stats) and not self.pending_backward and not self.pending_md5:
             return
         self.dirty = False
-        for finish in list(getattr(self, "pending_backward", {}).values()):
+        for finish in list(self.pending_backward.values()):
             finish()
         self.stats.resolve()
         self._resolve_md5()

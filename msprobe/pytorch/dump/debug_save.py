@@ -3,7 +3,7 @@ import logging
 
 import torch
 
-from msprobe.pytorch.dump.hooks import TLS
+from msprobe.pytorch.dump.hooks import TLS, guarded
 
 log = logging.getLogger("msprobe")
 _MAX_DEPTH = 400
@@ -65,16 +65,14 @@ def debug_save(service, value, name, save_backward=True):
     if service.ended:
         return
     col = service.collector
-    TLS.depth += 1
-    try:
-        with torch._C.DisableTorchFunction():
-            service._open_step()
-            n = col.debug_save(name, value)
-    except Exception as exc:
-        service.errors.record(f"{name}.debug", exc)
+
+    def record():
+        service._open_step()
+        return col.debug_save(name, value)
+
+    n = guarded(service.errors, f"{name}.debug", record)
+    if n is None:
         return
-    finally:
-        TLS.depth -= 1
     if not save_backward or not torch.is_grad_enabled():
         return
     slots = []
@@ -85,19 +83,14 @@ def debug_save(service, value, name, save_backward=True):
     gen = col.generation
     state = {"template": template}
 
+    def record_grad(path, grad):
+        state["template"] = _put(state["template"], path, grad)
+        col.debug_grad(key, state["template"])
+
     def make_hook(path):
         def hook(grad):
-            if col.generation != gen or TLS.depth:
-                return None
-            TLS.depth += 1
-            try:
-                with torch._C.DisableTorchFunction():
-                    state["template"] = _put(state["template"], path, grad)
-                    col.debug_grad(key, state["template"])
-            except Exception as exc:
-                service.errors.record(key, exc)
-            finally:
-                TLS.depth -= 1
+            if col.generation == gen and not TLS.depth:
+                guarded(service.errors, key, record_grad, path, grad)
             return None
         return hook
 

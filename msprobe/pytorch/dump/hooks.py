@@ -16,12 +16,13 @@ How calls are seen
 Backward
   * API backward: a post-hook on the ``grad_fn`` node of the first output tensor (the reference's
     semantics: ``input`` = grads of the node's outputs, ``output`` = grads of its inputs).
-  * Module backward: tensor hooks on the module's outputs (grads flowing in) and on its tensor
-    inputs that require grad (grads flowing out). No node is inserted into the autograd graph, so
-    gradient values and their accumulation order are exactly those of a run without the tool.
+  * Module backward: tensor hooks on the module's outputs (grads flowing in) and post-hooks on the
+    nodes inside the module that consume its inputs (grads flowing out, this module's share only).
+    No node is inserted into the autograd graph, so gradient values and their accumulation order
+    are exactly those of a run without the tool.
   * Parameter gradients: tensor hooks on the parameters (the incoming gradient, as 8.x records).
 
-Every hook body runs inside ``guard``: an exception is written once per name to
+Every hook body runs inside :func:`guarded`: an exception is written once per name to
 ``dump_error_info.log`` and training goes on.
 """
 import functools
@@ -82,7 +83,7 @@ def _resolve(root, dotted):
     return obj
 
 
-def function_names(npu_module=None):
+def function_names():
     """{function object: "Prefix.name"} for everything the function mode records."""
     import torch.nn.functional as F
     lists = api_lists()
@@ -108,34 +109,16 @@ def function_names(npu_module=None):
     return names
 
 
-def first_tensor(obj, depth=0):
+def iter_tensors(obj, depth=0):
+    """The tensors in ``obj`` (nested lists, tuples, dict values), depth first, in order."""
     if isinstance(obj, torch.Tensor):
-        return obj
-    if depth > 50:
-        return None
-    if isinstance(obj, (list, tuple)):
-        for x in obj:
-            t = first_tensor(x, depth + 1)
-            if t is not None:
-                return t
-    elif isinstance(obj, dict):
-        for x in obj.values():
-            t = first_tensor(x, depth + 1)
-            if t is not None:
-                return t
-    return None
-
-
-def _tensors(obj, out, depth=0):
-    if isinstance(obj, torch.Tensor):
-        out.append(obj)
+        yield obj
     elif depth < 50 and isinstance(obj, (list, tuple)):
         for x in obj:
-            _tensors(x, out, depth + 1)
+            yield from iter_tensors(x, depth + 1)
     elif depth < 50 and isinstance(obj, dict):
         for x in obj.values():
-            _tensors(x, out, depth + 1)
-    return out
+            yield from iter_tensors(x, depth + 1)
 
 
 class ErrorLog:
@@ -278,10 +261,8 @@ class Hooks:
         self.service = service
         self.col = service.collector
         self.errors = service.errors
-        self.record_stack = True
         self.api_level = service.cfg.level in ("L1", "mix", "L2")
         self.kernel_target = service.cfg.list[0] if service.cfg.level == "L2" and service.cfg.list else None
-        self.module_level = service.cfg.level in ("L0", "mix")
         self.func_names = function_names()
         self.mode = _Mode(self)
         self._patched = []          # (owner, attr, original) currently applied
@@ -466,9 +447,9 @@ class Hooks:
             try:
                 with _DisableTF():
                     if shown is None:
-                        rec = col.api_inputs(fwd, args, kwargs, self.record_stack)
+                        rec = col.api_inputs(fwd, args, kwargs)
                     else:
-                        rec = col.api_inputs(fwd, shown[0], shown[1], self.record_stack)
+                        rec = col.api_inputs(fwd, shown[0], shown[1])
             except Exception as exc:
                 self.errors.record(fwd, exc)
             out = func(*args, **kwargs)
@@ -534,7 +515,7 @@ class Hooks:
             p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
             if p == 0:
                 return
-        t = first_tensor(out)
+        t = next(iter_tensors(out), None)
         if t is None or not t.requires_grad:
             return
         node = t.grad_fn
@@ -602,64 +583,54 @@ class Hooks:
         params = [(n, p) for n, p in mod.named_parameters(recurse=False)]
         grad_key = f"{prefix}.parameters_grad"
 
+        def record_inputs(args, kwargs):
+            n = col.module_count.get(prefix, 0)
+            col.module_count[prefix] = n + 1
+            name = f"{prefix}.forward.{n}"
+            scope = col.scope
+            expand = False
+            if scope is not None:
+                if scope.start == name:
+                    scope.in_range = True
+                if col.level == "mix" and scope.module_matches(name):
+                    scope.open_expanders += 1
+                    expand = True
+            parent = col.fwd_module_stack[-1] if col.fwd_module_stack else None
+            col.fwd_module_stack.append(name)
+            inputs = None
+            if col.fwd_in and col.wanted_peek(name):
+                inputs = col.module_inputs(name, args, kwargs)
+            edges = None
+            if col.want_backward and torch.is_grad_enabled():
+                tensor_args = [x for x in args if isinstance(x, torch.Tensor)]
+                edges = ([(j, a.grad_fn, a.output_nr, a) for j, a in enumerate(tensor_args) if a.requires_grad],
+                         len(tensor_args))
+            frames.append((name, n, parent, expand, inputs, col.generation, edges))
+
+        def record_outputs(frame, args, output):
+            name, n, parent, expand, inputs, _gen, edges = frame
+            if col.fwd_module_stack and col.fwd_module_stack[-1] == name:
+                col.fwd_module_stack.pop()
+            elif name in col.fwd_module_stack:
+                col.fwd_module_stack.remove(name)
+            if expand:
+                col.scope.open_expanders -= 1
+            kept = col.module_forward(name, parent, inputs, output, params)
+            if kept and params and col.want_backward and any(p.requires_grad for _, p in params):
+                col.param_grad_placeholder(grad_key, [pn for pn, p in params if p.requires_grad])
+            if edges is not None and torch.is_grad_enabled():
+                hooks._module_backward_hooks(prefix, n, edges, output)
+
         def pre(module, args, kwargs):
-            if not RT.on or TLS.depth:
-                return None
-            TLS.depth += 1
-            try:
-                n = col.module_count.get(prefix, 0)
-                col.module_count[prefix] = n + 1
-                name = f"{prefix}.forward.{n}"
-                with _DisableTF():
-                    scope = col.scope
-                    expand = False
-                    if scope is not None:
-                        if scope.start == name:
-                            scope.in_range = True
-                        if col.level == "mix" and scope.module_matches(name):
-                            scope.open_expanders += 1
-                            expand = True
-                    parent = col.fwd_module_stack[-1] if col.fwd_module_stack else None
-                    col.fwd_module_stack.append(name)
-                    inputs = None
-                    if col.fwd_in and col.wanted_peek(name):
-                        inputs = col.module_inputs(name, args, kwargs)
-                    edges = None
-                    if col.want_backward and torch.is_grad_enabled():
-                        edges = [(j, a.grad_fn, a.output_nr, a) for j, a in
-                                 enumerate(x for x in args if isinstance(x, torch.Tensor)) if a.requires_grad]
-                        edges.append(sum(1 for x in args if isinstance(x, torch.Tensor)))
-                    frames.append((name, n, parent, expand, inputs, col.generation, edges))
-            except Exception as exc:
-                hooks.errors.record(prefix, exc)
-            finally:
-                TLS.depth -= 1
+            if RT.on and not TLS.depth:
+                guarded(hooks.errors, prefix, record_inputs, args, kwargs)
             return None
 
         def post(module, args, kwargs, output):
-            if not frames:
-                return None
-            name, n, parent, expand, inputs, gen, edges = frames.pop()
-            if gen != col.generation:
-                return None
-            TLS.depth += 1
-            try:
-                with _DisableTF():
-                    if col.fwd_module_stack and col.fwd_module_stack[-1] == name:
-                        col.fwd_module_stack.pop()
-                    elif name in col.fwd_module_stack:
-                        col.fwd_module_stack.remove(name)
-                    if expand:
-                        col.scope.open_expanders -= 1
-                    kept = col.module_forward(name, parent, inputs, output, params, hooks.record_stack)
-                    if kept and params and col.want_backward and any(p.requires_grad for _, p in params):
-                        col.param_grad_placeholder(grad_key, [pn for pn, p in params if p.requires_grad])
-                    if edges is not None and torch.is_grad_enabled():
-                        hooks._module_backward_hooks(prefix, n, edges, output)
-            except Exception as exc:
-                hooks.errors.record(name, exc)
-            finally:
-                TLS.depth -= 1
+            if frames:
+                frame = frames.pop()
+                if frame[5] == col.generation:
+                    guarded(hooks.errors, frame[0], record_outputs, frame, args, output)
             return None
 
         self._module_handles.append(mod.register_forward_pre_hook(pre, with_kwargs=True))
@@ -687,11 +658,10 @@ class Hooks:
         the nodes inside the module that consume each input, found by walking the graph from the
         outputs back to the inputs' producers; a record is complete when all of them have run.
         """
-        outs = [t for t in _tensors(output, []) if t.requires_grad]
+        outs = [t for t in iter_tensors(output) if t.requires_grad]
         if not outs:
             return
-        n_ins = edges[-1]
-        edges = edges[:-1]
+        edges, n_ins = edges
         col = self.col
         errors = self.errors
         gen = col.generation

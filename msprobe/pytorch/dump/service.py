@@ -8,7 +8,7 @@ import torch
 
 from msprobe.core.errors import MsprobeError
 from msprobe.pytorch.dump.collector import Collector
-from msprobe.pytorch.dump.hooks import RT, TLS, ErrorLog, Hooks
+from msprobe.pytorch.dump.hooks import RT, ErrorLog, Hooks, guarded
 
 log = logging.getLogger("msprobe")
 
@@ -37,6 +37,7 @@ class Service:
         self.ended = False
         self.active_step = None     # the step whose files are open
         self._restore_pending = False
+        self._module_dump_handles = []
         self.npu_module = npu_module
         self._check_existing()
         if cfg.level in ("L1", "mix", "L2"):
@@ -148,14 +149,9 @@ class Service:
     def _flush(self):
         if self.active_step is None:
             return
-        TLS.depth += 1
-        try:
-            with torch._C.DisableTorchFunction():
-                self.collector.flush()
-        except Exception as exc:
-            self.errors.record("flush", exc)
-        finally:
-            TLS.depth -= 1
+        guarded(self.errors, "flush", self.collector.flush)
+        for exc in self.collector.writer.take_errors():     # async writer thread failures
+            self.errors.record("tensor file", exc)
 
     def overflow_done(self):
         """overflow_check reached overflow_nums: write what we have and stop for good.
@@ -199,7 +195,7 @@ class Service:
 
     def module_dump_end(self):
         self.hooks.apis_suspended = False
-        for h in getattr(self, "_module_dump_handles", ()):
+        for h in self._module_dump_handles:
             try:
                 h.remove()
             except Exception:
