@@ -21,6 +21,7 @@ from msprobe import __version__
 # Register a subcommand only once it works end to end.
 COMMANDS = {
     "compare": ("msprobe.cli.compare", "compare a target dump with a golden dump and write an .xlsx/.csv report"),
+    "graph": ("msprobe.cli.graph", "build or compare hierarchical model graphs (.vis / .vis.db) for tb-graph-ascend"),
 }
 
 FRAMEWORKS = ("pytorch", "mindspore")

@@ -1,0 +1,104 @@
+"""Build a hierarchical model graph from a dump, or compare two, for the TensorBoard plugin tb-graph-ascend.
+
+One dump (-tp) gives build_*.vis; two dumps (-tp and -gp) give compare_*.vis with every matched node
+coloured by its precision index.  Inputs may be a rank dir (construct.json, dump.json, stack.json), a step
+dir of rank dirs, or a dump dir of step dirs: one graph per step and rank, built in parallel.  --db writes
+one SQLite .vis.db holding every graph instead (for graphs too big for JSON; tb-graph-ascend >= 8.2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+EPILOG = """examples:
+  msprobe graph -tp npu/step0/rank0 -o out                       build_{ts}.vis
+  msprobe graph -tp npu/step0 -gp gpu/step0 -o out               compare_rank0_{ts}.vis, compare_rank1_{ts}.vis ...
+  msprobe graph -tp npu -gp gpu -o out --db                      one compare_{ts}.vis.db for every step and rank
+  msprobe -f pytorch graph -i compare.json -o out -f             legacy syntax (compare.json: npu_path[, bench_path]);
+                                                                 after 'graph', -f means fuzzy matching
+view:  tensorboard --logdir out   (pip install tb-graph-ascend), then open the GRAPH_ASCEND tab
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    io = p.add_argument_group("inputs and output")
+    io.add_argument("-tp", "--target_path", help="target (NPU) dump: rank dir, step dir or dump dir")
+    io.add_argument("-gp", "--golden_path", help="golden (bench) dump, same layout as -tp; omit to only build")
+    io.add_argument("-i", "--input_path", help="legacy: compare.json with npu_path[, bench_path]")
+    io.add_argument("-o", "--output_path", required=True, help="output directory (created if missing); results are never overwritten")
+    io.add_argument("--db", action="store_true", help="write one SQLite .vis.db for the whole run instead of .vis JSON files")
+    m = p.add_argument_group("matching")
+    m.add_argument("-fm", "--fuzzy_match", "-f", dest="fuzzy_match", action="store_true",
+                   help="fuzzy matching: modules by name and shape, their APIs by name and order inside the module")
+    m.add_argument("-lm", "--layer_mapping", nargs="?", const="", default=None, metavar="YAML",
+                   help="layer-mapping yaml ({LayerClass: {npu_name: bench_name}}); the bare flag matches by name only")
+    v = p.add_argument_group("view")
+    v.add_argument("-oc", "--overflow_check", action="store_true", help="mark overflow levels (medium / high / critical) on nodes")
+    v.add_argument("-cs", "--complete_stack", action="store_true", help="keep complete stacks (default: the one caller line)")
+    x = p.add_argument_group("execution")
+    x.add_argument("-j", "--jobs", type=int, default=0, help="parallel workers for steps/ranks (default: one per core)")
+    x.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+
+
+def _legacy(path: str):
+    from msprobe.core.errors import MsprobeError
+    from msprobe.core.fileio import load_json
+
+    obj = load_json(path, "compare.json")
+    if not isinstance(obj, dict):
+        raise MsprobeError(f"compare.json {path}: the top level must be an object with npu_path and optionally bench_path")
+    npu = obj.get("npu_path")
+    bench = obj.get("bench_path") or None
+    if not npu or not isinstance(npu, str):
+        raise MsprobeError(f"compare.json {path} has no 'npu_path'; add the target dump directory as \"npu_path\"")
+    if bench is not None and not isinstance(bench, str):
+        raise MsprobeError(f"compare.json {path}: 'bench_path' must be a directory path")
+    if obj.get("parallel_merge"):
+        raise MsprobeError(f"compare.json {path}: 'parallel_merge' is not supported yet; remove it to graph each rank separately")
+    return npu, bench
+
+
+def run(args: argparse.Namespace) -> int:
+    from msprobe.core.errors import MsprobeError
+    from msprobe.core.fileio import check_path
+    from msprobe.core.graph.service import GraphConfig, run_graph
+
+    target, golden = args.target_path, args.golden_path
+    if args.input_path:
+        if target or golden:
+            raise MsprobeError("give either -i compare.json (legacy) or -tp/-gp, not both")
+        target, golden = _legacy(args.input_path)
+    if not target:
+        raise MsprobeError("no input: pass -tp TARGET_DUMP_DIR [-gp GOLDEN_DUMP_DIR] (or the legacy -i compare.json)")
+    target = check_path(target, "target path", "dir")
+    if golden:
+        golden = check_path(golden, "golden path", "dir")
+    if args.jobs < 0:
+        raise MsprobeError(f"-j/--jobs must be 0 (automatic) or a positive number, not {args.jobs}")
+    if args.layer_mapping:
+        check_path(args.layer_mapping, "layer-mapping yaml", "file")
+    cfg = GraphConfig(
+        target=target, golden=golden or None, output=args.output_path, layer_mapping=args.layer_mapping,
+        overflow_check=args.overflow_check, fuzzy=args.fuzzy_match, complete_stack=args.complete_stack,
+        db=args.db, jobs=args.jobs, framework=getattr(args, "framework", None),
+    )
+    quiet = args.quiet or not sys.stderr.isatty()
+
+    def progress(done: int, total: int) -> None:
+        if not quiet and total > 1:
+            print(f"\r[msprobe] graphs {done}/{total}", end="" if done < total else "\n", file=sys.stderr, flush=True)
+
+    res = run_graph(cfg, progress)
+    for u in res.units:
+        where = " ".join(p for p in (u.unit.step_label, u.unit.rank_label) if p) or "graph"
+        extra = f", {u.matched} matched pairs ({u.mode})" if u.mode else ""
+        print(f"{where}: {u.nodes} nodes{extra}")
+    for path in res.outputs:
+        print(f"written: {path}")
+    print(f"done in {res.seconds:.1f} s; view with: tensorboard --logdir {os.path.dirname(res.outputs[0])}")
+    return 0

@@ -1,0 +1,508 @@
+"""Build one graph from a dump directory (construct.json + dump.json + stack.json).
+
+Follows the reference 8.x builder (graph_and_tools.md A.4-A.5, checked against 8.3.3 outputs):
+
+* nodes are created in construct.json order, parents first-wins, unknown parents get created on the fly;
+* backward parents are repaired from the forward twin (missing parent, and the "inplace" scope fix);
+* backward nodes without a stack take the stack of ``….forward.0`` (modules) / ``….forward`` (APIs);
+* recomputed first-level modules are moved under the backward twin of their forward's parent;
+* runs of >= 2 APIs directly under the root become ``Apis_Between_Modules.<k>`` collections;
+* ``<module>.parameters_grad`` dump entries that are not construct nodes hang under the module's last backward;
+* micro-step pages are computed over the root's children and propagated down.
+
+Every step is a loop over nodes (no recursion), so construct.json depth and size are unbounded.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import zlib
+from typing import Dict, List, Optional, Tuple
+
+from msprobe.core.errors import MsprobeError
+from msprobe.core.fileio import load_json
+from msprobe.core.graph.model import (
+    COLLECTION_PREFIX, TYPE_API, TYPE_COLLECTION, TYPE_MODULE, Graph, Node, node_type_of,
+)
+
+CONSTRUCT = "construct.json"
+DUMP = "dump.json"
+STACK = "stack.json"
+MEGATRON_KEY = "megatron_micro_step_number"
+NO_FORWARD_STACK = "This backward node cannot find the forward node and cannot retrieve stack information."
+PARAMS_GRAD = "parameters_grad"
+
+_BACKWARD_N = re.compile(r"(\.backward\.)(\d+)$")
+_FORWARD_N = re.compile(r"(\.forward\.)(\d+)$")
+
+# entry section -> name infix (read_op order: inputs, output, parameters)
+_SECTIONS = (("input_args", ".input"), ("input_kwargs", ".input"), ("input", ".input"),
+             ("output", ".output"), ("parameters", ".parameters"))
+_STATS = ("Max", "Min", "Mean", "Norm")
+_DIST_ARGS = ("src", "dst", "group_src", "group_dst")
+MAX_ITEM_DEPTH = 400
+
+
+# ---------------------------------------------------------------------------------------------- items
+
+
+def _leaf_item(leaf: dict) -> dict:
+    """One dump record -> the item the graph shows (the reference's field set and order)."""
+    item = {k: (("True" if v else "False") if v.__class__ is bool else v) for k, v in leaf.items()}
+    data_name = leaf.get("data_name") or "-1"
+    item["data_name"] = data_name
+    if "requires_grad" not in item:
+        item["requires_grad"] = None
+    for k in _STATS:
+        if k not in item:
+            item[k] = None
+    return item
+
+
+def _finish_leaf(item: dict, leaf: dict, name: str) -> None:
+    if not item.get("dtype"):
+        ltype = item.get("type")
+        value = leaf.get("value")
+        last = name.rsplit(".", 1)[-1]
+        if ltype == "torch.Size":
+            item["dtype"] = ltype
+            item["shape"] = str(value)
+        elif ltype == "slice":
+            item["dtype"] = ltype
+            item["shape"] = "(%d,)" % len(value) if isinstance(value, list) else "()"
+        elif ltype == "ellipsis":
+            item["dtype"] = ltype
+            item["shape"] = "[]"
+            for k in _STATS:
+                item[k] = value
+        elif last in _DIST_ARGS:
+            item["dtype"] = ltype
+            item["shape"] = "[]"
+            for k in _STATS:
+                item[k] = str(value)
+            item["md5"] = str(value)
+        elif ltype == "torch.ProcessGroup":
+            ranks = str(leaf.get("group_ranks"))
+            item["dtype"] = ltype
+            item["shape"] = "[]"
+            for k in _STATS:
+                item[k] = ranks
+            item["md5"] = ranks
+        else:
+            item["dtype"] = str(type(value))
+            item["shape"] = "[]"
+            for k in _STATS:
+                item[k] = value
+    if not item.get("md5"):
+        item["md5"] = "%08x" % zlib.crc32(str(leaf.get("value", "")).encode())
+
+
+def _none_item() -> dict:
+    return {"type": None, "Max": None, "Min": None, "Mean": None, "Norm": None, "dtype": None, "shape": None,
+            "md5": None, "value": None, "data_name": "-1", "requires_grad": None}
+
+
+def flatten_entry(entry, node_id: str, path: str = "") -> List[Tuple[str, dict]]:
+    """A dump.json entry -> [(full item name, item)] in the reference's order (iterative walk)."""
+    out: List[Tuple[str, dict]] = []
+    if not isinstance(entry, dict):
+        return out
+    parts = node_id.split(".")
+    if parts[-1] == PARAMS_GRAD:
+        roots = [(entry, node_id, True)]
+    else:
+        roots = [(entry[key], node_id + infix, False) for key, infix in _SECTIONS if key in entry]
+    for value, base, in_grad in roots:
+        stack = [(value, base, 0)]
+        while stack:
+            v, name, depth = stack.pop()
+            if depth > MAX_ITEM_DEPTH:
+                raise MsprobeError(f"dump.json {path}: entry '{node_id}' is nested deeper than {MAX_ITEM_DEPTH} levels; the file is damaged")
+            if v is None:
+                item = _none_item()
+                out.append((name, item))
+            elif v.__class__ is list:
+                stack.extend((x, name if in_grad else f"{name}.{i}", depth + 1) for i, x in reversed(list(enumerate(v))))
+            elif v.__class__ is dict:
+                if not v:
+                    continue
+                if v.get("class_type") == "torch.distributed.P2POp":
+                    t = v.get("tensor")
+                    if isinstance(t, dict):
+                        item = _leaf_item(t)
+                        _finish_leaf(item, t, name)
+                    else:
+                        item = _none_item()
+                    for k in ("class_type", "op", "peer", "tag", "group_id"):
+                        item[k] = v.get(k)
+                    out.append((name, item))
+                elif v.get("type").__class__ is str:
+                    item = _leaf_item(v)
+                    _finish_leaf(item, v, name)
+                    out.append((name, item))
+                else:
+                    stack.extend((x, f"{name}.{k}", depth + 1) for k, x in reversed(list(v.items())))
+    return out
+
+
+def split_items(entry, node_id: str, path: str = "") -> Tuple[Dict[str, dict], Dict[str, dict]]:
+    """(input_data, output_data) of a node; keys are data file names (tensor dumps) or built names."""
+    inputs: Dict[str, dict] = {}
+    outputs: Dict[str, dict] = {}
+    for name, item in flatten_entry(entry, node_id, path):
+        data_name = item.get("data_name")
+        key = data_name.rsplit(".", 1)[0] if data_name.__class__ is str and data_name != "-1" else name
+        full = data_name.rsplit(".", 1)[0] if data_name.__class__ is str and data_name != "-1" else name
+        if ".output" in full and ".input" not in full:
+            outputs[full] = item
+        else:
+            inputs[key] = item
+    return inputs, outputs
+
+
+# ---------------------------------------------------------------------------------------------- files
+
+
+def read_stack(path: str) -> Dict[str, List[str]]:
+    """stack.json (old ``{name: [frames]}`` or new ``{"0": [[names], [frames]]}``) -> {name: frames}."""
+    obj = load_json(path, "stack.json")
+    if not isinstance(obj, dict):
+        raise MsprobeError(f"stack.json {path}: the outermost value must be an object; the file is damaged: re-run the dump")
+    out: Dict[str, List[str]] = {}
+    if "0" in obj:
+        for key, val in obj.items():
+            if not (isinstance(val, list) and len(val) == 2 and isinstance(val[0], list) and isinstance(val[1], list)):
+                raise MsprobeError(f"stack.json {path}: entry {key!r} is not [[names], [stack lines]]; the file is damaged: re-run the dump")
+            frames = val[1]
+            for name in val[0]:
+                out[name] = frames
+    else:
+        for name, frames in obj.items():
+            if not isinstance(frames, list):
+                raise MsprobeError(f"stack.json {path}: the stack of '{name}' is not a list; the file is damaged: re-run the dump")
+            out[name] = frames
+    return out
+
+
+def dump_files(dump_dir: str) -> Tuple[str, str, str]:
+    """Paths of the three files of one dump dir; one clear error when one is missing."""
+    paths = []
+    for name in (CONSTRUCT, DUMP, STACK):
+        p = os.path.join(dump_dir, name)
+        if not os.path.isfile(p):
+            raise MsprobeError(
+                f"{dump_dir}: no {name}; a graph needs construct.json, dump.json and stack.json from one rank "
+                f"(dump with level L0 or mix, and keep the three files together)"
+            )
+        paths.append(p)
+    return paths[0], paths[1], paths[2]
+
+
+def read_construct(path: str) -> Tuple[Dict[str, object], Dict[str, int], Optional[int]]:
+    obj = load_json(path, "construct.json")
+    if not isinstance(obj, dict):
+        raise MsprobeError(f"construct.json {path}: the top level is not an object; the file is damaged: re-run the dump")
+    micro: Dict[str, int] = {}
+    micro_num = None
+    if MEGATRON_KEY in obj:
+        micro_num = obj.pop(MEGATRON_KEY)
+        if not isinstance(micro_num, int):
+            raise MsprobeError(f"construct.json {path}: '{MEGATRON_KEY}' is not an integer; the file is damaged")
+        for k, v in obj.items():
+            if isinstance(v, list) and len(v) == 2:
+                obj[k] = v[0]
+                micro[k] = v[1] if isinstance(v[1], int) else 0
+    if not obj:
+        raise MsprobeError(
+            f"construct.json {path} is empty, so there is no model structure to draw; dump with level L0 or mix "
+            f"(level L1 records APIs only and leaves construct.json empty)"
+        )
+    return obj, micro, micro_num
+
+
+def read_dump_json(path: str) -> dict:
+    obj = load_json(path, "dump.json")
+    if not isinstance(obj, dict) or not isinstance(obj.get("data", {}), dict):
+        raise MsprobeError(f"dump.json {path}: not a dump.json (expected an object with 'task' and 'data'); the file is damaged")
+    if not obj.get("task"):
+        raise MsprobeError(f"dump.json {path} has no 'task'; it was not written by a dumper: re-run the dump")
+    return obj
+
+
+# ---------------------------------------------------------------------------------------------- building
+
+
+def _fix_missing_parent(construct: dict, sub: str, up):
+    if up:
+        return up
+    m = _BACKWARD_N.search(sub)
+    if m:
+        fwd_up = construct.get(sub[:m.start()] + ".forward." + m.group(2))
+        if fwd_up and isinstance(fwd_up, str):
+            cand = _FORWARD_N.sub(r".backward.\2", fwd_up)
+            if cand in construct:
+                return cand
+    if sub.endswith(".backward"):
+        fwd_up = construct.get(sub.replace("backward", "forward"))
+        if fwd_up and isinstance(fwd_up, str):
+            cand = fwd_up.replace("forward", "backward")
+            if cand in construct:
+                return cand
+    return up
+
+
+def _fix_inplace_parent(construct: dict, sub: str, up: str):
+    m = _BACKWARD_N.search(sub)
+    if not m:
+        return up
+    sub_parts = sub.split(".")
+    up_parts = up.split(".")
+    if len(sub_parts) < 5 or len(up_parts) < 4:
+        return up
+    if ".".join(sub_parts[:-4]) == ".".join(up_parts[:-3]):
+        return up
+    fwd = sub[:m.start()] + ".forward." + m.group(2)
+    if fwd in construct:
+        fwd_up = construct.get(fwd)
+        if not fwd_up:
+            return fwd_up
+        cand = _FORWARD_N.sub(r".backward.\2", fwd_up)
+        if cand in construct:
+            return cand
+    return up
+
+
+class _Builder:
+    def __init__(self, graph: Graph, data: dict, stacks: Dict[str, List[str]], micro: Dict[str, int], path: str):
+        self.g = graph
+        self.data = data
+        self.stacks = stacks
+        self.micro = micro
+        self.path = path
+
+    def node(self, node_id: str) -> Node:
+        g = self.g
+        n = g.nodes.get(node_id)
+        if n is not None:
+            return n
+        n = g.add(Node(node_id, node_type_of(node_id)))
+        entry = self.data.get(node_id)
+        if entry:
+            n.input_data, n.output_data = split_items(entry, node_id, self.path)
+        stack = self.stacks.get(node_id)
+        if not stack:
+            m = _BACKWARD_N.search(node_id)
+            if m or node_id.endswith(".backward"):
+                twin = g.nodes.get(node_id[:m.start()] + ".forward.0" if m else node_id.replace("backward", "forward"))
+                stack = twin.stack if twin is not None else [NO_FORWARD_STACK]
+        n.stack = stack or []
+        if self.micro:
+            n.micro_step = self.micro.get(node_id, 0)
+        return n
+
+
+def build_graph(dump_dir: str) -> Graph:
+    """Build the graph of one rank's dump dir."""
+    construct_path, dump_path, stack_path = dump_files(dump_dir)
+    construct, micro, micro_num = read_construct(construct_path)
+    dump = read_dump_json(dump_path)
+    stacks = read_stack(stack_path)
+    data = dump.get("data") or {}
+    g = Graph(dump.get("dump_data_dir"))
+    g.task = str(dump.get("task"))
+    g.framework = str(dump.get("framework") or "pytorch")
+    g.dump_dir = dump_dir
+    g.data = data
+    b = _Builder(g, data, stacks, micro, dump_path)
+    root = g.root
+    for sub, up in construct.items():
+        up = _fix_inplace_parent(construct, sub, up) if up else _fix_missing_parent(construct, sub, up)
+        parent = b.node(up) if up and isinstance(up, str) else root
+        child = b.node(sub)
+        parent.add_child(child)
+    _handle_recompute(g)
+    _collect_apis(g)
+    _add_parameters_grad(g, data, dump_path)
+    g.micro_steps = micro_num + 1 if micro_num is not None else None
+    return g
+
+
+def _is_recompute_id(parts: List[str]) -> bool:
+    n = len(parts)
+    if n > 7:
+        return True
+    if n == 7 and not (parts[1].isdigit() and parts[3].isdigit()):
+        return True
+    if n == 6 and not parts[1].isdigit():
+        return True
+    return False
+
+
+def _handle_recompute(g: Graph) -> None:
+    """First-level module nodes that look recomputed go under the backward twin of their forward's parent."""
+    firsts = g.root.subnodes
+    ids = {n.id for n in firsts}
+    recompute: Dict[str, str] = {}
+    position: Dict[str, int] = {}
+    paired = set()
+    for i, n in enumerate(firsts):
+        if node_type_of(n.id) != TYPE_MODULE:
+            continue
+        parts = n.id.split(".")
+        prefix = ".".join(parts[:-2])
+        if n.id in paired:
+            recompute[n.id] = prefix
+            position[n.id] = i
+            continue
+        if not _is_recompute_id(parts):
+            continue
+        parts[-2] = "backward" if parts[-2] == "forward" else "forward"
+        other = ".".join(parts)
+        if other in ids:
+            recompute[n.id] = prefix
+            position[n.id] = i
+            paired.add(other)
+    if not recompute:
+        return
+    prefixes = set(recompute.values())
+    plain: Dict[str, List[Node]] = {}
+    for node_id, n in g.nodes.items():
+        if node_type_of(node_id) == TYPE_MODULE and _FORWARD_N.search(node_id):
+            if n.up is None or n.up is g.root:
+                continue
+            pre = _FORWARD_N.sub("", node_id)
+            if pre in prefixes:
+                plain.setdefault(pre, []).append(n)
+    if not plain:
+        return
+    for lst in plain.values():
+        lst.reverse()
+    plain_b = {k: list(v) for k, v in plain.items()}
+    removed = []
+    for node_id, pre in recompute.items():
+        if pre not in plain:
+            continue
+        pool = plain.get(pre) if _FORWARD_N.search(node_id) else plain_b.get(pre)
+        if not pool:
+            continue
+        normal = pool.pop()
+        rn = g.nodes.get(node_id)
+        if rn is None:
+            continue
+        new_up = g.nodes.get(_FORWARD_N.sub(r".backward.\2", normal.up.id))
+        if new_up is None:
+            continue
+        rn.up = new_up
+        new_up.subnodes.append(rn)
+        removed.append(position[node_id])
+    for i in sorted(removed, reverse=True):
+        del g.root.subnodes[i]
+
+
+def _collect_apis(g: Graph) -> None:
+    out: List[Node] = []
+    children = g.root.subnodes
+    k = 0
+    i = 0
+    while i < len(children):
+        n = children[i]
+        if n.type != TYPE_API:
+            out.append(n)
+            i += 1
+            continue
+        j = i
+        while j < len(children) and children[j].type == TYPE_API:
+            j += 1
+        run = children[i:j]
+        i = j
+        if len(run) < 2:
+            out.extend(run)
+            continue
+        coll = g.add(Node(f"{COLLECTION_PREFIX}.{k}", TYPE_COLLECTION))
+        k += 1
+        coll.subnodes = run
+        for a in run:
+            a.up = coll
+        coll.up = g.root
+        if run[0].micro_step is not None:
+            coll.micro_step = run[0].micro_step
+        out.append(coll)
+    g.root.subnodes = out
+
+
+def _add_parameters_grad(g: Graph, data: dict, path: str) -> None:
+    suffix = "." + PARAMS_GRAD
+    prefixes = [k[: -len(suffix)] for k in data if k.endswith(suffix) and k not in g.nodes]
+    if not prefixes:
+        return
+    last = {p: 0 for p in prefixes}
+    for key in g.nodes:
+        parts = key.split(".")
+        if len(parts) > 2 and parts[-2] == "backward" and parts[-1].isdigit():
+            pre = ".".join(parts[:-2])
+            if pre in last and int(parts[-1]) > last[pre]:
+                last[pre] = int(parts[-1])
+    for pre, num in last.items():
+        parent = g.nodes.get(f"{pre}.backward.{num}")
+        if parent is None:
+            continue
+        node_id = pre + suffix
+        n = g.add(Node(node_id, TYPE_MODULE))
+        parent.subnodes.append(n)
+        n.up = parent
+        n.input_data, n.output_data = split_items(data.get(node_id) or {}, node_id, path)
+
+
+# ---------------------------------------------------------------------------------------------- micro steps
+
+
+def _pages(first_level: List[Node]) -> List[int]:
+    page = 0
+    seen_backward = False
+    out = []
+    for n in first_level:
+        if n.type == TYPE_MODULE:
+            if ".forward." in n.id:
+                if seen_backward:
+                    page += 1
+                    seen_backward = False
+            else:
+                seen_backward = True
+        out.append(page)
+    return out
+
+
+def _propagate(g: Graph) -> None:
+    for n in g.preorder():
+        if n.micro_step is None:
+            n.micro_step = n.up.micro_step if n.up is not None else None
+    if g.root.micro_step is None:
+        pass
+
+
+def paginate(g: Graph, other: Optional[Graph] = None) -> int:
+    """Set ``micro_step`` on every node (the reference's paging); returns the number of pages."""
+    if g.micro_steps is not None:
+        _propagate(g)
+        if other is not None:
+            _propagate(other)
+        return g.micro_steps
+    pages = _pages(g.root.subnodes)
+    for n, p in zip(g.root.subnodes, pages):
+        n.micro_step = p
+        if other is not None and n.link:
+            twin = other.nodes.get(n.link[-1])
+            if twin is not None:
+                twin.micro_step = p
+    _propagate(g)
+    if other is not None:
+        for n in other.root.subnodes:
+            if n.micro_step is None:
+                last = n.id.rsplit(".", 1)[-1]
+                try:
+                    n.micro_step = int(last)
+                except ValueError:
+                    n.micro_step = 0
+        _propagate(other)
+    return (max(pages) + 1) if pages else 1

@@ -1,0 +1,423 @@
+"""Two graphs -> matched pairs -> per-item compare fields -> per-node ``precision_index``.
+
+Matching (graph_and_tools.md A.6.2, 8.x rules):
+
+* default: the Bench node with the same id, with equal ancestor ids and position-wise equal input and
+  output ``type``/``shape`` (and equal item counts);
+* fuzzy (``-fm``): modules/collections by id and shape only; the API children of a matched module pair are
+  paired by (name without call counter, occurrence within the module);
+* layer mapping (``-lm``): the Bench node named by the mapping (or the same id), no checks.
+
+Metrics: all matched item pairs of the whole graph go into one set of numpy columns (statistics) or one
+tensor-comparison batch (tensor mode); nothing is computed per row in Python except formatting.
+
+precision_index (8.x semantics, A.6.5): statistics = max relative error of the node's outputs (1 when an
+output statistic is inf/nan); md5 = 1 when every item matches (1 = good in this mode); tensor =
+min input One Thousandth ratio - min output ratio, clamped to [0, 1]; "empty"-like APIs get the neutral
+value; ``Apis_Between_Modules`` collections take the worst of their children.  Deliberate difference: in
+tensor mode collections are computed after the tensor metrics (the reference computes them before, so
+they are always 0 there).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections import deque
+from typing import Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from msprobe.core.errors import MsprobeError
+from msprobe.core.graph.model import TYPE_API, TYPE_COLLECTION, Graph, Node
+
+MODE_SUMMARY = "summary"
+MODE_MD5 = "md5"
+MODE_TENSOR = "all"  # the .vis "task" value for real-data compares
+
+SUMMARY_KEYS = ("Max diff", "Min diff", "Mean diff", "L2norm diff",
+                "MaxRelativeErr", "MinRelativeErr", "MeanRelativeErr", "NormRelativeErr")
+TENSOR_KEYS = ("Cosine", "EucDist", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio", "Five Thousandths Err Ratio")
+RG_KEY = "Requires_grad Consistent"
+IGNORE_INDEX = frozenset({"empty", "empty_like", "empty_with_format", "new_empty_strided", "new_empty", "empty_strided"})
+
+_COUNTER = re.compile(r"\.\d+\.")
+_RANK_SUFFIX = re.compile(r"_rank\d+")
+_STATS = ("Max", "Min", "Mean", "Norm")
+
+
+def compare_mode(g_n: Graph, g_b: Graph) -> str:
+    """summary / md5 / all from the two dump.json files (A.6.1)."""
+    tn, tb = g_n.task, g_b.task
+    if tn != tb:
+        raise MsprobeError(
+            f"the target dump {g_n.dump_dir} is task {tn!r} but the golden dump {g_b.dump_dir} is task {tb!r}; "
+            f"a graph compare needs two dumps of the same task"
+        )
+    if tn == "tensor":
+        return MODE_TENSOR
+    if tn != "statistics":
+        raise MsprobeError(
+            f"the dumps in {g_n.dump_dir} are task {tn!r}; graph compare works on task 'statistics' (with or without md5) or 'tensor'"
+        )
+    hn, hb = _has_md5(g_n.data), _has_md5(g_b.data)
+    if hn != hb:
+        side, other = (g_n, g_b) if hn else (g_b, g_n)
+        raise MsprobeError(
+            f"the dump in {side.dump_dir} holds md5 values but the dump in {other.dump_dir} holds statistics; "
+            f"dump both sides with the same summary_mode"
+        )
+    return MODE_MD5 if hn else MODE_SUMMARY
+
+
+def _has_md5(data: dict) -> bool:
+    for body in data.values():
+        if not isinstance(body, dict):
+            continue
+        for section in body.values():
+            if isinstance(section, list):
+                for item in section:
+                    if isinstance(item, dict) and "md5" in item:
+                        return True
+            elif isinstance(section, dict) and "md5" in section:
+                return True
+    return False
+
+
+# ---------------------------------------------------------------------------------------------- matching
+
+
+def _same_structure(a: Dict[str, dict], b: Dict[str, dict]) -> bool:
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a.values(), b.values()):
+        if x.get("type") != y.get("type") or x.get("shape") != y.get("shape"):
+            return False
+    return True
+
+
+def _same_shapes(a: Dict[str, dict], b: Dict[str, dict]) -> bool:
+    for x, y in zip(a.values(), b.values()):
+        if x.get("shape") != y.get("shape"):
+            return False
+    return True
+
+
+def _ids(node: Node) -> List[str]:
+    return node.ancestors()
+
+
+def match_default(g_n: Graph, g_b: Graph) -> List[Tuple[Node, Node]]:
+    pairs: List[Tuple[Node, Node]] = []
+    same_anc: Dict[str, bool] = {}
+    bnodes = g_b.nodes
+    for n in g_n.bfs():
+        b = bnodes.get(n.id)
+        if b is None:
+            continue
+        if not (_same_structure(n.input_data, b.input_data) and _same_structure(n.output_data, b.output_data)):
+            continue
+        # ancestors equal <=> parents have equal ids and equal ancestors (memoised by id, computed top-down)
+        if n.up is None or b.up is None:
+            ok = n.up is None and b.up is None
+        else:
+            ok = n.up.id == b.up.id and same_anc.get(n.up.id, False)
+        same_anc[n.id] = ok
+        if not ok:
+            continue
+        link = _ids(n) + [b.id]
+        n.link = link
+        b.link = link
+        n.partner, b.partner = b, n
+        pairs.append((n, b))
+    return pairs
+
+
+def _link(n: Node, b: Node, pairs: list) -> None:
+    n.link = _ids(b) + [b.id]
+    b.link = _ids(n) + [n.id]
+    n.partner, b.partner = b, n
+    pairs.append((n, b))
+
+
+def _recount(node: Node) -> Dict[str, Node]:
+    counts: Dict[str, int] = {}
+    out: Dict[str, Node] = {}
+    for c in node.subnodes:
+        if c.type != TYPE_API:
+            continue
+        key = _COUNTER.sub(".", c.id)
+        key = _RANK_SUFFIX.sub("", key)
+        counts[key] = counts.get(key, 0) + 1
+        out[key + str(counts[key])] = c
+    return out
+
+
+def match_fuzzy(g_n: Graph, g_b: Graph, check_shape: bool = True) -> List[Tuple[Node, Node]]:
+    pairs: List[Tuple[Node, Node]] = []
+    bnodes = g_b.nodes
+    for n in g_n.bfs():
+        if n.type == TYPE_API:
+            continue
+        b = bnodes.get(n.id)
+        if b is None or (check_shape and not (_same_shapes(n.input_data, b.input_data) and _same_shapes(n.output_data, b.output_data))):
+            continue
+        _link(n, b, pairs)
+        apis_b = _recount(b)
+        for key, an in _recount(n).items():
+            ab = apis_b.get(key)
+            if ab is None:
+                continue
+            if check_shape and not (_same_shapes(an.input_data, ab.input_data) and _same_shapes(an.output_data, ab.output_data)):
+                continue
+            _link(an, ab, pairs)
+    return pairs
+
+
+def match_mapping(g_n: Graph, g_b: Graph, mapping: Dict[str, str]) -> List[Tuple[Node, Node]]:
+    pairs: List[Tuple[Node, Node]] = []
+    bnodes = g_b.nodes
+    for n in g_n.bfs():
+        b = bnodes.get(mapping.get(n.id, n.id))
+        if b is None:
+            continue
+        _link(n, b, pairs)
+    return pairs
+
+
+# ---------------------------------------------------------------------------------------------- item pairs
+
+
+def _category(name: str, node_id: str) -> int:
+    """0 inputs, 1 parameters, 2 outputs, 3 parameters_grad (the compare's pairing groups)."""
+    if node_id.endswith(".parameters_grad"):
+        return 3
+    if ".parameters." in name:
+        return 1
+    return 0
+
+
+def _item_pairs(n: Node, b: Node) -> List[Tuple[dict, Optional[dict]]]:
+    """Items of the two nodes paired by position inside each group; NPU extras get None."""
+    groups_n: List[List[dict]] = [[], [], [], []]
+    groups_b: List[List[dict]] = [[], [], [], []]
+    for name, it in n.input_data.items():
+        groups_n[_category(name, n.id)].append(it)
+    groups_n[2].extend(n.output_data.values())
+    for name, it in b.input_data.items():
+        groups_b[_category(name, b.id)].append(it)
+    groups_b[2].extend(b.output_data.values())
+    out: List[Tuple[dict, Optional[dict]]] = []
+    for gn, gb in zip(groups_n, groups_b):
+        for i, it in enumerate(gn):
+            out.append((it, gb[i] if i < len(gb) else None))
+    return out
+
+
+def _is_num(v) -> bool:
+    c = v.__class__
+    return c is float or c is int
+
+
+def _invalid(v) -> bool:
+    return v.__class__ is float and (math.isnan(v) or math.isinf(v))
+
+
+def _summary_fields(item_pairs: List[Tuple[dict, Optional[dict]]]) -> None:
+    """Vectorised statistic diffs; writes the 8 summary keys and Requires_grad Consistent into NPU items."""
+    k = len(item_pairs)
+    if not k:
+        return
+    nan = float("nan")
+    has_b = np.fromiter((p[1] is not None for p in item_pairs), dtype=bool, count=k)
+    cols = []
+    for key in _STATS:
+        nv = [p[0].get(key) for p in item_pairs]
+        bv = [p[1].get(key) if p[1] is not None else None for p in item_pairs]
+        ok = np.fromiter((_is_num(x) and _is_num(y) for x, y in zip(nv, bv)), dtype=bool, count=k)
+        na = np.array([x if _is_num(x) else nan for x in nv], dtype=np.float64)
+        ba = np.array([y if _is_num(y) else nan for y in bv], dtype=np.float64)
+        with np.errstate(all="ignore"):
+            diff = na - ba
+            rel = np.abs((diff / ba) * 100)
+        cols.append((ok, diff, rel, ba))
+    diffs = [[None] * k for _ in range(4)]
+    rels = [[None] * k for _ in range(4)]
+    for s, (ok, diff, rel, ba) in enumerate(cols):
+        dl, rl, bl = diff.tolist(), rel.tolist(), ba.tolist()
+        okl = ok.tolist()
+        dcol, rcol = diffs[s], rels[s]
+        for i in range(k):
+            if not has_b[i]:
+                continue
+            if not okl[i]:
+                dcol[i] = rcol[i] = "N/A"
+                continue
+            d = dl[i]
+            if d != d:
+                dcol[i] = rcol[i] = "Nan"
+            else:
+                dcol[i] = d
+                rcol[i] = "N/A" if bl[i] == 0 else repr(rl[i]) + "%"
+    for i, (it, bt) in enumerate(item_pairs):
+        it["Max diff"] = diffs[0][i]
+        it["Min diff"] = diffs[1][i]
+        it["Mean diff"] = diffs[2][i]
+        it["L2norm diff"] = diffs[3][i]
+        it["MaxRelativeErr"] = rels[0][i]
+        it["MinRelativeErr"] = rels[1][i]
+        it["MeanRelativeErr"] = rels[2][i]
+        it["NormRelativeErr"] = rels[3][i]
+        it[RG_KEY] = str(bt is not None and it.get("requires_grad") == bt.get("requires_grad"))
+
+
+def _md5_fields(item_pairs: List[Tuple[dict, Optional[dict]]]) -> None:
+    for it, bt in item_pairs:
+        if bt is None:
+            it["Result"] = "Nan"
+            it[RG_KEY] = "False"
+        else:
+            it["Result"] = "pass" if it.get("md5") == bt.get("md5") else "Different"
+            it[RG_KEY] = str(it.get("requires_grad") == bt.get("requires_grad"))
+
+
+def _pct(v) -> float:
+    try:
+        return float(str(v).strip("%")) / 100
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _summary_index(n: Node) -> float:
+    worst = 0.0
+    for it in n.output_data.values():
+        if it.get("Max") is None:
+            continue
+        if "MaxRelativeErr" in it:
+            for key in SUMMARY_KEYS[4:]:
+                v = _pct(it[key])
+                if v > worst:
+                    worst = v
+        if _invalid(it.get("Max")) or _invalid(it.get("Min")):
+            worst = 1.0
+    return 1.0 if worst > 1 else worst
+
+
+def _md5_index(n: Node) -> int:
+    for data in (n.input_data, n.output_data):
+        for it in data.values():
+            r = it.get("Result")
+            if r is not None and r != "pass":
+                return 0
+    return 1
+
+
+def _min_thousandth(data: Dict[str, dict]):
+    numbers: list = []
+    bad = False
+    for it in data.values():
+        if it.get("Max") is None:
+            continue
+        if "One Thousandth Err Ratio" in it and it.get("shape"):
+            try:
+                numbers.append(float(it["One Thousandth Err Ratio"]))
+            except (TypeError, ValueError):
+                pass
+        if _invalid(it.get("Max")) or _invalid(it.get("Min")):
+            bad = True
+    if bad:
+        return "N/A"
+    if not numbers:
+        return None
+    return min(numbers + [1.0])
+
+
+def _tensor_index(n: Node) -> float:
+    t_in = _min_thousandth(n.input_data)
+    t_out = _min_thousandth(n.output_data)
+    if t_out == "N/A":
+        v = 1.0
+    elif t_in == "N/A":
+        v = 0.0
+    elif t_in is not None and t_out is not None:
+        v = t_in - t_out
+    else:
+        v = 0.0
+    return min(max(v, 0.0), 1.0)
+
+
+def _ignored(node_id: str) -> bool:
+    parts = node_id.split(".")
+    return len(parts) >= 2 and parts[1] in IGNORE_INDEX
+
+
+def compare_graphs(
+    g_n: Graph, g_b: Graph, mode: str, *, fuzzy: bool = False, mapping: Optional[Dict[str, str]] = None,
+    loader: Optional[Callable] = None, jobs: int = 0,
+) -> int:
+    """Match the two graphs and fill compare fields and precision indexes; returns the matched count."""
+    if mapping is not None:
+        pairs = match_mapping(g_n, g_b, mapping)
+    elif fuzzy:
+        pairs = match_fuzzy(g_n, g_b)
+    else:
+        pairs = match_default(g_n, g_b)
+    item_pairs: List[Tuple[dict, Optional[dict]]] = []
+    for n, b in pairs:
+        item_pairs.extend(_item_pairs(n, b))
+    if mode == MODE_SUMMARY:
+        _summary_fields(item_pairs)
+        index = _summary_index
+    elif mode == MODE_MD5:
+        _md5_fields(item_pairs)
+        index = _md5_index
+    else:
+        _tensor_fields(item_pairs, g_n, g_b, loader, jobs)
+        index = _tensor_index
+    neutral = 1 if mode == MODE_MD5 else 0
+    for n, _ in pairs:
+        if n.type == TYPE_COLLECTION or n is g_n.root:
+            continue
+        n.data["precision_index"] = neutral if _ignored(n.id) else index(n)
+        if mode == MODE_MD5:
+            n.data["Result"] = "pass" if n.data["precision_index"] == 1 else "Different"
+    for c in g_n.root.subnodes:
+        if c.type == TYPE_COLLECTION:
+            if mode == MODE_MD5:
+                v = min([s.data.get("precision_index", 1) for s in c.subnodes] + [1])
+            else:
+                v = max([s.data.get("precision_index", 0) for s in c.subnodes] + [0])
+            c.data["precision_index"] = v
+    return len(pairs)
+
+
+def _tensor_fields(item_pairs, g_n: Graph, g_b: Graph, loader, jobs: int) -> None:
+    from msprobe.core.compare import tensor as tm
+
+    if loader is None:
+        from msprobe.core.io.tensors import load_tensor as loader  # noqa: N813
+    ndir = os.path.join(g_n.dump_dir, "dump_tensor_data")
+    bdir = os.path.join(g_b.dump_dir, "dump_tensor_data")
+    todo: List[int] = []
+    files: List[Tuple[str, str]] = []
+    results: List[Optional[tuple]] = [None] * len(item_pairs)
+    for i, (it, bt) in enumerate(item_pairs):
+        if it.get("Max") is None:
+            continue
+        dn = it.get("data_name", "-1")
+        bn = bt.get("data_name", "-1") if bt is not None else "-1"
+        if bt is None or dn == "-1" or bn == "-1":
+            msg = tm.MSG_NO_NPU_FILE if dn == "-1" else tm.MSG_NO_BENCH_FILE
+            results[i] = (tm.UNSUPPORTED,) * 6 + (msg,)
+            continue
+        todo.append(i)
+        files.append((os.path.join(ndir, dn), os.path.join(bdir, bn)))
+    for i, res in zip(todo, tm.compare_files(files, loader, jobs=jobs)):
+        results[i] = res
+    for (it, bt), res in zip(item_pairs, results):
+        if res is None:
+            continue
+        for key, v in zip(TENSOR_KEYS, res[:6]):
+            it[key] = v
+        it[RG_KEY] = str(bt is not None and it.get("requires_grad") == bt.get("requires_grad"))

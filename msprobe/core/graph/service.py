@@ -1,0 +1,333 @@
+"""``msprobe graph``: plan the units (step x rank), build/compare them in parallel, write .vis or .vis.db.
+
+Data flow per unit (in a worker process when there are several units):
+files -> Graph (build.py) -> matched + compared (compare.py) -> overflow levels -> a finished output part:
+a complete ``.vis`` at a temporary name, or a part SQLite file with the unit's rows.  The main process then
+runs the cross-rank communication analysis on the small per-unit summaries of ``Distributed.*`` nodes,
+patches those nodes, and moves the results into place (``.vis``: renamed; ``.vis.db``: all parts merged
+into one database).  Nothing is visible in the output directory until it is complete.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import re
+import shutil
+import sqlite3
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Tuple
+
+import orjson
+
+from msprobe.core.errors import MsprobeError
+from msprobe.core.fileio import atomic_write, ensure_output_dir
+from msprobe.core.graph import build as gbuild
+from msprobe.core.graph import compare as gcompare
+from msprobe.core.graph import export
+from msprobe.core.graph.layout import Unit, plan
+from msprobe.core.graph.model import Graph, Node
+
+log = logging.getLogger("msprobe")
+
+_TEMPLATE = re.compile(r"\b([A-Z][a-zA-Z]*Template|api_template|api_instance)\(")
+_MODULE = re.compile(r"^(Module\.|Cell\.)")
+
+
+@dataclass(frozen=True)
+class GraphConfig:
+    target: str
+    golden: Optional[str] = None
+    output: str = "./output"
+    layer_mapping: Optional[str] = None  # yaml path; "" = the flag without a file (match by name only)
+    overflow_check: bool = False
+    fuzzy: bool = False
+    complete_stack: bool = False
+    db: bool = False
+    jobs: int = 0
+    framework: Optional[str] = None
+
+
+@dataclass
+class UnitResult:
+    unit: Unit
+    part: str  # the finished output part (a .vis file or a part .db)
+    nodes: int
+    matched: int
+    micro_steps: int
+    mode: Optional[str]
+    dist: Dict[str, list] = field(default_factory=dict)  # side -> [(id, inputs, outputs, index)] of Distributed nodes
+
+
+@dataclass
+class GraphResult:
+    outputs: List[str]
+    units: List[UnitResult]
+    seconds: float
+
+
+# ---------------------------------------------------------------------------------------------- stacks
+
+
+def simplify_stack(node_id: str, frames: List[str]) -> List[str]:
+    """The 1.x one-line stack: the caller's frame (modules: the frame that calls the layer)."""
+    if not frames:
+        return frames
+    if _MODULE.match(node_id):
+        parts = node_id.split(".")
+        if len(parts) >= 4:
+            layer = parts[-4] + "("
+            for f in frames:
+                if layer in f:
+                    return [f]
+        return frames
+    for i, f in enumerate(frames):
+        if _TEMPLATE.search(f):
+            return [frames[i + 1]] if i + 1 < len(frames) else frames
+    return frames
+
+
+def _simplify(g: Graph) -> None:
+    cache: Dict[Tuple[str, int], List[str]] = {}
+    for n in g.nodes.values():
+        if n.stack:
+            n.stack = simplify_stack(n.id, n.stack)
+
+
+# ---------------------------------------------------------------------------------------------- one unit
+
+
+def _load_mapping(cfg: GraphConfig, g_n: Graph, g_b: Graph) -> Optional[Dict[str, str]]:
+    if cfg.layer_mapping is None:
+        return None
+    from msprobe.core.compare.layer_mapping import compute_layer_mapping, load_layer_mapping_yaml
+    from msprobe.core.fileio import load_json
+
+    rules = load_layer_mapping_yaml(cfg.layer_mapping) if cfg.layer_mapping else {}
+    cons_n = load_json(os.path.join(g_n.dump_dir, gbuild.CONSTRUCT), "construct.json")
+    cons_b = load_json(os.path.join(g_b.dump_dir, gbuild.CONSTRUCT), "construct.json")
+    st_n = load_json(os.path.join(g_n.dump_dir, gbuild.STACK), "stack.json")
+    st_b = load_json(os.path.join(g_b.dump_dir, gbuild.STACK), "stack.json")
+    try:
+        return compute_layer_mapping(g_n.data, g_b.data, cons_n, cons_b, st_n, st_b, rules)
+    except MsprobeError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the reference warns and goes on with an empty map
+        log.warning("the layer mapping %s could not be applied (%s: %s); nodes are matched by name only",
+                    cfg.layer_mapping, type(exc).__name__, exc)
+        return {}
+
+
+def _dist_summary(g: Graph, overflow: bool) -> list:
+    out = []
+    for n in g.nodes.values():
+        if n.id.startswith("Distributed"):
+            out.append((n.id, n.input_data, n.output_data, dict(n.data)))
+    return out
+
+
+def run_unit(cfg: GraphConfig, unit: Unit, workdir: str, ts: str) -> UnitResult:
+    """Build (and compare) one step/rank and write its finished output part into ``workdir``."""
+    from msprobe.core.graph.overflow import apply_overflow, overflow_levels
+
+    g_n = gbuild.build_graph(unit.target)
+    g_b = gbuild.build_graph(unit.golden) if unit.golden is not None else None
+    mode = None
+    matched = 0
+    if g_b is not None:
+        mode = gcompare.compare_mode(g_n, g_b)
+        if g_n.framework != g_b.framework and cfg.layer_mapping is None:
+            raise MsprobeError(
+                f"the target dump is {g_n.framework} and the golden dump is {g_b.framework}; a cross-framework graph "
+                f"compare needs -lm/--layer_mapping (a layer-mapping yaml, or the bare flag to match by name only)"
+            )
+        mapping = _load_mapping(cfg, g_n, g_b)
+        matched = gcompare.compare_graphs(g_n, g_b, mode, fuzzy=cfg.fuzzy, mapping=mapping,
+                                          jobs=1 if mp.current_process().name != "MainProcess" else cfg.jobs)
+    micro = gbuild.paginate(g_n, g_b)
+    if cfg.overflow_check:
+        apply_overflow(g_n, overflow_levels(g_n.data))
+        if g_b is not None:
+            apply_overflow(g_b, overflow_levels(g_b.data))
+    if not cfg.complete_stack:
+        _simplify(g_n)
+        if g_b is not None:
+            _simplify(g_b)
+    md5 = mode == gcompare.MODE_MD5
+    dist = {"NPU": _dist_summary(g_n, cfg.overflow_check)}
+    if g_b is not None:
+        dist["Bench"] = _dist_summary(g_b, cfg.overflow_check)
+    if cfg.db:
+        fd, part = tempfile.mkstemp(prefix="part-", suffix=".db", dir=workdir)
+        os.close(fd)
+        os.unlink(part)
+        w = export.DbWriter(part)
+        w.add_graph(g_n, "NPU", unit.step, unit.rank, md5)
+        if g_b is not None:
+            w.add_graph(g_b, "Bench", unit.step, unit.rank, md5)
+        w.con.commit()
+        w.con.close()
+    else:
+        fd, part = tempfile.mkstemp(prefix="part-", suffix=".vis", dir=workdir)
+        os.close(fd)
+        export.write_vis(part, g_n, g_b, mode=mode, micro_steps=micro, overflow_check=cfg.overflow_check)
+    nodes = len(g_n)
+    return UnitResult(unit, part, nodes, matched, micro, mode, dist)
+
+
+def _run_unit_quiet(args):
+    cfg, unit, workdir, ts = args
+    try:
+        return run_unit(cfg, unit, workdir, ts)
+    except MsprobeError as exc:
+        return exc
+
+
+# ---------------------------------------------------------------------------------------------- distributed
+
+
+def _distributed(results: List[UnitResult], overflow: bool) -> Dict[Tuple[int, int, str], Dict[str, dict]]:
+    """(step, rank, side) -> {node id: matched_distributed} for steps with more than one rank."""
+    from msprobe.core.graph.distributed import analyze_distributed
+
+    by_step: Dict[int, List[UnitResult]] = {}
+    for r in results:
+        by_step.setdefault(r.unit.step, []).append(r)
+    out: Dict[Tuple[int, int, str], Dict[str, dict]] = {}
+    for step, rs in by_step.items():
+        if len(rs) < 2:
+            continue
+        for side in ("NPU", "Bench"):
+            graphs: Dict[int, Graph] = {}
+            for r in rs:
+                summary = r.dist.get(side)
+                if summary is None:
+                    continue
+                g = Graph()
+                for node_id, inputs, outputs, data in summary:
+                    n = Node(node_id, 1)
+                    n.input_data, n.output_data, n.data = inputs, outputs, data
+                    g.add(n)
+                graphs[r.unit.rank] = g
+            if len(graphs) < 2:
+                continue
+            analyze_distributed(graphs, overflow)
+            for rank, g in graphs.items():
+                found = {n.id: n.distributed for n in g.nodes.values() if n.distributed}
+                if found:
+                    out[(step, rank, side)] = found
+    return out
+
+
+def _patch_vis(path: str, patches: Dict[str, Dict[str, dict]]) -> None:
+    with open(path, "rb") as f:
+        obj = orjson.loads(f.read())
+    for side, nodes in patches.items():
+        table = obj[side]["node"] if side in ("NPU", "Bench") and side in obj else obj["node"]
+        for node_id, md in nodes.items():
+            if node_id in table:
+                table[node_id]["matched_distributed"] = md
+    with open(path, "wb") as f:
+        f.write(orjson.dumps(obj))
+
+
+def _patch_db(con: sqlite3.Connection, step: int, rank: int, side: str, nodes: Dict[str, dict]) -> None:
+    con.executemany(
+        "UPDATE tb_nodes SET matched_distributed = ? WHERE id = ?",
+        [(orjson.dumps(md).decode(), f"{side}_{step}_{rank}_{node_id}") for node_id, md in nodes.items()],
+    )
+
+
+# ---------------------------------------------------------------------------------------------- the command
+
+
+def run_graph(cfg: GraphConfig, progress: Optional[Callable[[int, int], None]] = None) -> GraphResult:
+    t0 = time.perf_counter()
+    _, units = plan(cfg.target, cfg.golden)
+    if cfg.layer_mapping:
+        from msprobe.core.compare.layer_mapping import load_layer_mapping_yaml
+
+        load_layer_mapping_yaml(cfg.layer_mapping)  # fail before any work
+    out_dir = ensure_output_dir(cfg.output)
+    ts = time.strftime("%Y%m%d%H%M%S")
+    kind = "compare" if cfg.golden is not None else "build"
+    workdir = tempfile.mkdtemp(prefix=".msprobe-graph-", dir=out_dir)
+    try:
+        results = _run_units(cfg, units, workdir, ts, progress)
+        patches = _distributed(results, cfg.overflow_check)
+        if cfg.db:
+            outputs = [_finish_db(cfg, results, patches, out_dir, kind, ts)]
+        else:
+            outputs = []
+            for r in results:
+                side_patches = {side: p for (s, rk, side), p in patches.items() if s == r.unit.step and rk == r.unit.rank}
+                if side_patches:
+                    if cfg.golden is None:
+                        side_patches = {"node": side_patches.get("NPU", {})}
+                    _patch_vis(r.part, side_patches)
+                final = os.path.join(out_dir, r.unit.file_stem(kind, ts) + ".vis")
+                outputs.append(atomic_write(final, lambda tmp, src=r.part: shutil.copyfile(src, tmp)))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return GraphResult(outputs, results, time.perf_counter() - t0)
+
+
+def _workers(cfg: GraphConfig, n_units: int) -> int:
+    if cfg.jobs > 0:
+        return min(cfg.jobs, n_units)
+    return max(1, min(n_units, os.cpu_count() or 1))
+
+
+def _run_units(cfg, units, workdir, ts, progress) -> List[UnitResult]:
+    n = len(units)
+    workers = _workers(cfg, n)
+    if workers <= 1 or "fork" not in mp.get_all_start_methods():
+        out = []
+        for i, u in enumerate(units):
+            out.append(run_unit(cfg, u, workdir, ts))
+            if progress:
+                progress(i + 1, n)
+        return out
+    results: List[UnitResult] = []
+    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork")) as pool:
+        for i, res in enumerate(pool.map(_run_unit_quiet, [(cfg, u, workdir, ts) for u in units])):
+            if isinstance(res, MsprobeError):
+                raise res
+            results.append(res)
+            if progress:
+                progress(i + 1, n)
+    return results
+
+
+def _finish_db(cfg, results: List[UnitResult], patches, out_dir: str, kind: str, ts: str) -> str:
+    final = os.path.join(out_dir, f"{kind}_{ts}.vis.db")
+
+    def write(tmp: str) -> None:
+        os.unlink(tmp)
+        first = results[0].part
+        shutil.copyfile(first, tmp)
+        con = sqlite3.connect(tmp)
+        try:
+            for r in results[1:]:
+                con.execute("ATTACH DATABASE ? AS part", (r.part,))
+                con.execute("INSERT INTO tb_nodes SELECT * FROM part.tb_nodes")
+                con.execute("INSERT INTO tb_stack SELECT * FROM part.tb_stack")
+                con.commit()
+                con.execute("DETACH DATABASE part")
+            for (step, rank, side), nodes in patches.items():
+                _patch_db(con, step, rank, side, nodes)
+            con.commit()
+        finally:
+            con.close()
+        w = export.DbWriter.__new__(export.DbWriter)
+        w.path = tmp
+        w.con = sqlite3.connect(tmp)
+        mode = next((r.mode for r in results if r.mode), None)
+        w.close(compare=cfg.golden is not None, mode=mode, micro_steps=max(r.micro_steps for r in results),
+                overflow_check=cfg.overflow_check, ranks=[r.unit.rank for r in results], steps=[r.unit.step for r in results])
+
+    return atomic_write(final, write)
