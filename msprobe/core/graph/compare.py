@@ -289,8 +289,9 @@ def _pct(v) -> float:
         return 0.0
 
 
-def _summary_index(n: Node) -> float:
-    worst = 0.0
+def _summary_index(n: Node):
+    # ints where the reference keeps its int constants (0 / 1): str(index) shows in matched_distributed
+    worst = 0
     for it in n.output_data.values():
         if it.get("Max") is None:
             continue
@@ -300,8 +301,8 @@ def _summary_index(n: Node) -> float:
                 if v > worst:
                     worst = v
         if _invalid(it.get("Max")) or _invalid(it.get("Min")):
-            worst = 1.0
-    return 1.0 if worst > 1 else worst
+            worst = 1
+    return 1 if worst > 1 else worst
 
 
 def _md5_index(n: Node) -> int:
@@ -333,18 +334,18 @@ def _min_thousandth(data: Dict[str, dict]):
     return min(numbers + [1.0])
 
 
-def _tensor_index(n: Node) -> float:
+def _tensor_index(n: Node):
     t_in = _min_thousandth(n.input_data)
     t_out = _min_thousandth(n.output_data)
     if t_out == "N/A":
-        v = 1.0
+        v = 1
     elif t_in == "N/A":
-        v = 0.0
+        v = 0
     elif t_in is not None and t_out is not None:
         v = t_in - t_out
     else:
-        v = 0.0
-    return min(max(v, 0.0), 1.0)
+        v = 0
+    return 0 if v < 0 else (1 if v > 1 else v)
 
 
 def _ignored(node_id: str) -> bool:

@@ -106,7 +106,7 @@ def _graph_chunks(g: Graph, md5_mode: bool) -> Iterable[bytes]:
     for n in g.nodes.values():
         head = b"" if first else b", "
         first = False
-        yield head + orjson.dumps(n.id) + b": " + orjson.dumps(node_dict(n, md5_mode), option=orjson.OPT_SERIALIZE_NUMPY)
+        yield head + orjson.dumps(n.id) + b": " + orjson.dumps(node_dict(n, md5_mode), option=orjson.OPT_NON_STR_KEYS)
     yield b"}"
 
 
@@ -163,7 +163,7 @@ INDEXES = {
 
 
 def _dumps(v) -> str:
-    return orjson.dumps(v).decode()
+    return orjson.dumps(v, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
 class DbWriter:

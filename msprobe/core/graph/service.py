@@ -232,13 +232,13 @@ def _patch_vis(path: str, patches: Dict[str, Dict[str, dict]]) -> None:
             if node_id in table:
                 table[node_id]["matched_distributed"] = md
     with open(path, "wb") as f:
-        f.write(orjson.dumps(obj))
+        f.write(orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS))
 
 
 def _patch_db(con: sqlite3.Connection, step: int, rank: int, side: str, nodes: Dict[str, dict]) -> None:
     con.executemany(
         "UPDATE tb_nodes SET matched_distributed = ? WHERE id = ?",
-        [(orjson.dumps(md).decode(), f"{side}_{step}_{rank}_{node_id}") for node_id, md in nodes.items()],
+        [(orjson.dumps(md, option=orjson.OPT_NON_STR_KEYS).decode(), f"{side}_{step}_{rank}_{node_id}") for node_id, md in nodes.items()],
     )
 
 
