@@ -2,7 +2,8 @@
 
 * Inputs are checked before use (exists, right kind, not a symbolic link, readable) and never modified.
 * JSON is parsed with orjson; the reference's dumps may contain the non-standard tokens ``NaN``,
-  ``Infinity`` and ``-Infinity``, which orjson rejects, so those files fall back to the stdlib parser.
+  ``Infinity`` and ``-Infinity``, which orjson rejects: those are swapped for marker strings, parsed with
+  orjson and turned back into floats (the stdlib parser is the last resort, e.g. a token inside a string).
 * A file is only parsed when it fits the memory rule (:func:`json_size_limit`).
 * Outputs are written atomically: to a temporary file in the destination directory, then linked into
   place with ``os.link``, which fails instead of replacing an existing file, so a result is never
@@ -79,14 +80,79 @@ def check_path(path: str, what: str, kind: str = "any") -> str:
     return os.path.abspath(path)
 
 
+_MARKERS = {b"NaN": float("nan"), b"Infinity": float("inf"), b"-Infinity": float("-inf")}
+_MARK_PREFIX = "\x00msprobe:"
+
+
+def _restore_nonfinite(obj):
+    """Replace the marker strings put in by :func:`_loads` with the floats they stand for (iterative)."""
+    values = {_MARK_PREFIX + k.decode(): v for k, v in _MARKERS.items()}
+    stack = [obj]
+    while stack:
+        c = stack.pop()
+        if c.__class__ is dict:
+            for k, v in c.items():
+                vc = v.__class__
+                if vc is str:
+                    if v[:1] == "\x00" and v in values:
+                        c[k] = values[v]
+                elif vc is dict or vc is list:
+                    stack.append(v)
+        else:
+            for i, v in enumerate(c):
+                vc = v.__class__
+                if vc is str:
+                    if v[:1] == "\x00" and v in values:
+                        c[i] = values[v]
+                elif vc is dict or vc is list:
+                    stack.append(v)
+    return obj
+
+
+_BEFORE = frozenset(b":,[ \t\r\n")
+_AFTER = frozenset(b",]} \t\r\n")
+
+
+def _mark_nonfinite(data: bytes):
+    """Replace bare NaN / Infinity / -Infinity tokens with marker strings; (new bytes, count)."""
+    hits = []
+    for token in (b"NaN", b"Infinity"):
+        i = data.find(token)
+        while i != -1:
+            start = i - 1 if token == b"Infinity" and i > 0 and data[i - 1] == 45 else i  # 45 = '-'
+            end = i + len(token)
+            if start > 0 and data[start - 1] in _BEFORE and (end >= len(data) or data[end] in _AFTER):
+                hits.append((start, end))
+            i = data.find(token, end)
+    if not hits:
+        return data, 0
+    hits.sort()
+    parts = []
+    pos = 0
+    for a, b in hits:
+        parts.append(data[pos:a])
+        parts.append(b'"\\u0000msprobe:' + data[a:b] + b'"')
+        pos = b
+    parts.append(data[pos:])
+    return b"".join(parts), len(hits)
+
+
 def _loads(data: bytes):
     import orjson
 
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
-        # The reference writes NaN / Infinity as bare tokens (invalid JSON); the stdlib accepts them.
-        return json.loads(data)
+        pass
+    # The reference writes NaN / Infinity as bare tokens (invalid JSON).  Turn them into marker strings,
+    # parse with orjson, then put the floats back: several times faster than the stdlib parser.
+    marked, n = _mark_nonfinite(data)
+    if n:
+        try:
+            return _restore_nonfinite(orjson.loads(marked))
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(data)
 
 
 def load_json(path: str, what: str, limit: Optional[int] = None):

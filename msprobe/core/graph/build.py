@@ -47,16 +47,30 @@ MAX_ITEM_DEPTH = 400
 # ---------------------------------------------------------------------------------------------- items
 
 
-def _leaf_item(leaf: dict) -> dict:
-    """One dump record -> the item the graph shows (the reference's field set and order)."""
-    item = {k: (("True" if v else "False") if v.__class__ is bool else v) for k, v in leaf.items()}
-    data_name = leaf.get("data_name") or "-1"
-    item["data_name"] = data_name
+_BOOL_KEYS = ("requires_grad", "value", "Max", "Min", "Mean", "Norm")
+
+
+def _leaf_item(leaf: dict, name: str) -> dict:
+    """One dump record -> the item the graph shows (the reference's fields: bools as text, stats filled).
+
+    The parsed record itself becomes the item (no copy: a dump holds hundreds of thousands of them); the
+    added keys do not change what the overflow check and the layer mapping read from the dump data.
+    """
+    item = leaf
+    for k in _BOOL_KEYS:
+        v = item.get(k)
+        if v.__class__ is bool:
+            item[k] = "True" if v else "False"
+    if not item.get("data_name"):
+        item["data_name"] = "-1"
     if "requires_grad" not in item:
         item["requires_grad"] = None
-    for k in _STATS:
-        if k not in item:
-            item[k] = None
+    if "Max" not in item or "Min" not in item or "Mean" not in item or "Norm" not in item:
+        for k in _STATS:
+            if k not in item:
+                item[k] = None
+    if not item.get("dtype") or not item.get("md5"):
+        _finish_leaf(item, leaf, name)
     return item
 
 
@@ -103,46 +117,47 @@ def _none_item() -> dict:
             "md5": None, "value": None, "data_name": "-1", "requires_grad": None}
 
 
+def _walk(v, name: str, in_grad: bool, depth: int, out: list, node_id: str, path: str) -> None:
+    # recursion is bounded by MAX_ITEM_DEPTH (well under Python's limit); graph traversals are iterative
+    if depth > MAX_ITEM_DEPTH:
+        raise MsprobeError(f"dump.json {path}: entry '{node_id}' is nested deeper than {MAX_ITEM_DEPTH} levels; the file is damaged")
+    c = v.__class__
+    if v is None:
+        out.append((name, _none_item()))
+    elif c is list:
+        for i, x in enumerate(v):
+            child = name if in_grad else f"{name}.{i}"
+            if x.__class__ is dict and x.get("type").__class__ is str and "class_type" not in x:
+                out.append((child, _leaf_item(x, child)))
+            else:
+                _walk(x, child, in_grad, depth + 1, out, node_id, path)
+    elif c is dict:
+        if not v:
+            return
+        if v.get("class_type") == "torch.distributed.P2POp":
+            t = v.get("tensor")
+            item = _leaf_item(t, name) if isinstance(t, dict) else _none_item()
+            for k in ("class_type", "op", "peer", "tag", "group_id"):
+                item[k] = v.get(k)
+            out.append((name, item))
+        elif v.get("type").__class__ is str:
+            out.append((name, _leaf_item(v, name)))
+        else:
+            for k, x in v.items():
+                _walk(x, f"{name}.{k}", in_grad, depth + 1, out, node_id, path)
+
+
 def flatten_entry(entry, node_id: str, path: str = "") -> List[Tuple[str, dict]]:
-    """A dump.json entry -> [(full item name, item)] in the reference's order (iterative walk)."""
+    """A dump.json entry -> [(full item name, item)] in the reference's order."""
     out: List[Tuple[str, dict]] = []
     if not isinstance(entry, dict):
         return out
-    parts = node_id.split(".")
-    if parts[-1] == PARAMS_GRAD:
-        roots = [(entry, node_id, True)]
-    else:
-        roots = [(entry[key], node_id + infix, False) for key, infix in _SECTIONS if key in entry]
-    for value, base, in_grad in roots:
-        stack = [(value, base, 0)]
-        while stack:
-            v, name, depth = stack.pop()
-            if depth > MAX_ITEM_DEPTH:
-                raise MsprobeError(f"dump.json {path}: entry '{node_id}' is nested deeper than {MAX_ITEM_DEPTH} levels; the file is damaged")
-            if v is None:
-                item = _none_item()
-                out.append((name, item))
-            elif v.__class__ is list:
-                stack.extend((x, name if in_grad else f"{name}.{i}", depth + 1) for i, x in reversed(list(enumerate(v))))
-            elif v.__class__ is dict:
-                if not v:
-                    continue
-                if v.get("class_type") == "torch.distributed.P2POp":
-                    t = v.get("tensor")
-                    if isinstance(t, dict):
-                        item = _leaf_item(t)
-                        _finish_leaf(item, t, name)
-                    else:
-                        item = _none_item()
-                    for k in ("class_type", "op", "peer", "tag", "group_id"):
-                        item[k] = v.get(k)
-                    out.append((name, item))
-                elif v.get("type").__class__ is str:
-                    item = _leaf_item(v)
-                    _finish_leaf(item, v, name)
-                    out.append((name, item))
-                else:
-                    stack.extend((x, f"{name}.{k}", depth + 1) for k, x in reversed(list(v.items())))
+    if node_id.endswith(".parameters_grad"):
+        _walk(entry, node_id, True, 0, out, node_id, path)
+        return out
+    for key, infix in _SECTIONS:
+        if key in entry:
+            _walk(entry[key], node_id + infix, False, 0, out, node_id, path)
     return out
 
 
@@ -151,13 +166,13 @@ def split_items(entry, node_id: str, path: str = "") -> Tuple[Dict[str, dict], D
     inputs: Dict[str, dict] = {}
     outputs: Dict[str, dict] = {}
     for name, item in flatten_entry(entry, node_id, path):
-        data_name = item.get("data_name")
-        key = data_name.rsplit(".", 1)[0] if data_name.__class__ is str and data_name != "-1" else name
-        full = data_name.rsplit(".", 1)[0] if data_name.__class__ is str and data_name != "-1" else name
-        if ".output" in full and ".input" not in full:
-            outputs[full] = item
+        data_name = item["data_name"]
+        if data_name != "-1" and data_name.__class__ is str:
+            name = data_name.rsplit(".", 1)[0]
+        if ".output." in name and ".input." not in name:
+            outputs[name] = item
         else:
-            inputs[key] = item
+            inputs[name] = item
     return inputs, outputs
 
 
@@ -231,6 +246,21 @@ def read_dump_json(path: str) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- building
+
+
+def has_md5(data: dict) -> bool:
+    """Whether a statistics dump carries md5 values (then a compare is an md5 compare)."""
+    for body in data.values():
+        if not isinstance(body, dict):
+            continue
+        for section in body.values():
+            if isinstance(section, list):
+                for item in section:
+                    if isinstance(item, dict) and "md5" in item:
+                        return True
+            elif isinstance(section, dict) and "md5" in section:
+                return True
+    return False
 
 
 def _fix_missing_parent(construct: dict, sub: str, up):
@@ -314,6 +344,7 @@ def build_graph(dump_dir: str) -> Graph:
     g.framework = str(dump.get("framework") or "pytorch")
     g.dump_dir = dump_dir
     g.data = data
+    g.has_md5 = has_md5(data)  # before the items (which are the dump's own records) gain CRC md5 values
     b = _Builder(g, data, stacks, micro, dump_path)
     root = g.root
     for sub, up in construct.items():

@@ -61,7 +61,7 @@ def compare_mode(g_n: Graph, g_b: Graph) -> str:
         raise MsprobeError(
             f"the dumps in {g_n.dump_dir} are task {tn!r}; graph compare works on task 'statistics' (with or without md5) or 'tensor'"
         )
-    hn, hb = _has_md5(g_n.data), _has_md5(g_b.data)
+    hn, hb = g_n.has_md5, g_b.has_md5
     if hn != hb:
         side, other = (g_n, g_b) if hn else (g_b, g_n)
         raise MsprobeError(
@@ -69,20 +69,6 @@ def compare_mode(g_n: Graph, g_b: Graph) -> str:
             f"dump both sides with the same summary_mode"
         )
     return MODE_MD5 if hn else MODE_SUMMARY
-
-
-def _has_md5(data: dict) -> bool:
-    for body in data.values():
-        if not isinstance(body, dict):
-            continue
-        for section in body.values():
-            if isinstance(section, list):
-                for item in section:
-                    if isinstance(item, dict) and "md5" in item:
-                        return True
-            elif isinstance(section, dict) and "md5" in section:
-                return True
-    return False
 
 
 # ---------------------------------------------------------------------------------------------- matching

@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sqlite3
-from typing import Dict, Iterable, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import orjson
 
@@ -25,47 +26,73 @@ _PG_KEEP = ("type", "group_ranks", "group_id", "data_name")
 _P2P_DROP = ("op", "peer", "tag", "group_id")
 
 
+_STR_CACHE: Dict[str, str] = {}
+
+
 def _fmt_str(s: str) -> str:
-    if "'" in s:
-        s = s.replace("'", "")
-    if "None" in s:
-        s = s.replace("None", "null")
-    m = _DECIMAL.match(s)
-    if m is not None and len(m.group(1)) > 6:
-        pct = s.endswith("%")
-        s = "{:.6f}".format(float(s.rstrip("%"))) + ("%" if pct else "")
-    return s
+    out = _STR_CACHE.get(s)
+    if out is not None:
+        return out
+    out = s
+    if "'" in out:
+        out = out.replace("'", "")
+    if "None" in out:
+        out = out.replace("None", "null")
+    if out[:1].isdigit():
+        m = _DECIMAL.match(out)
+        if m is not None and len(m.group(1)) > 6:
+            pct = out.endswith("%")
+            out = "{:.6f}".format(float(out.rstrip("%"))) + ("%" if pct else "")
+    if len(_STR_CACHE) < 100000:
+        _STR_CACHE[s] = out
+    return out
+
+
+def _fmt_float(v: float) -> str:
+    r = repr(v)
+    if "e" in r and len(r) < 50 and _SCI.match(r) is not None:
+        return "{:.6e}".format(v)
+    if len(r) <= 8 and "." in r:  # at most 6 decimals already: round() would not change it
+        return r
+    return repr(round(v, 6))
 
 
 def _fmt_value(v) -> str:
     c = v.__class__
     if c is str:
         return _fmt_str(v) if v != " " else "null"
+    if c is float:
+        return _fmt_float(v)
     if v is None:
         return "null"
-    if c is float:
-        r = repr(v)
-        if len(r) < 50 and ("e" in r or "E" in r) and _SCI.match(r) is not None:
-            return "{:.6e}".format(v)
-        return str(round(v, 6))
     if c is int:
         return str(v)
+    if c is list:
+        return _fmt_str(str(v))
     return _fmt_str(str(v))
 
 
 def format_item(item: dict, md5_mode: bool, p2p: bool = False) -> dict:
     """A node item as the viewer shows it (a new dict; the graph is not modified)."""
+    if item.get("Max", 0) is None:
+        return {"value": "null"}
     if item.get("type") == "torch.ProcessGroup":
-        src = {k: item[k] for k in _PG_KEEP if k in item}
-    else:
-        src = item
+        item = {k: item[k] for k in _PG_KEEP if k in item}
+    fs, ff = _fmt_str, _fmt_float
     out = {}
-    for k, v in src.items():
-        if k == "md5" and not md5_mode:
-            continue
-        if p2p and k in _P2P_DROP:
-            continue
-        out[k] = _fmt_value(v)
+    for k, v in item.items():
+        c = v.__class__
+        if c is str:
+            out[k] = fs(v) if v != " " else "null"
+        elif c is float:
+            out[k] = ff(v)
+        else:
+            out[k] = _fmt_value(v)
+    if not md5_mode:
+        out.pop("md5", None)
+    if p2p:
+        for k in _P2P_DROP:
+            out.pop(k, None)
     if out.get("Max") == "null":
         return {"value": "null"}
     return out
@@ -99,41 +126,98 @@ def node_dict(n: Node, md5_mode: bool) -> dict:
 # ---------------------------------------------------------------------------------------------- .vis
 
 
-def _graph_chunks(g: Graph, md5_mode: bool) -> Iterable[bytes]:
-    """``{"root": ..., "dump_data_dir": ..., "node": {...}}`` as byte chunks (one node at a time)."""
-    yield b'{"root": "' + ROOT_ID.encode() + b'", "dump_data_dir": ' + orjson.dumps(g.dump_data_dir) + b', "node": {'
-    first = True
-    for n in g.nodes.values():
-        head = b"" if first else b", "
+def _node_bytes(nodes: List[Node], md5_mode: bool, first: bool) -> bytes:
+    parts = []
+    dumps = orjson.dumps
+    opt = orjson.OPT_NON_STR_KEYS
+    for n in nodes:
+        parts.append((b"" if first else b", ") + dumps(n.id) + b": " + dumps(node_dict(n, md5_mode), option=opt))
         first = False
-        yield head + orjson.dumps(n.id) + b": " + orjson.dumps(node_dict(n, md5_mode), option=orjson.OPT_NON_STR_KEYS)
-    yield b"}"
+    return b"".join(parts)
+
+
+# set before forking writer processes; the children read the graphs from here (copy-on-write)
+_SHARED: dict = {}
+
+
+def _write_slice(args) -> str:
+    key, lo, hi, md5_mode, path = args
+    nodes = _SHARED[key]
+    with open(path, "wb") as f:
+        step = 2000
+        for a in range(lo, hi, step):
+            f.write(_node_bytes(nodes[a:min(hi, a + step)], md5_mode, a == 0))
+    return path
+
+
+def _slices(n: int, parts: int) -> List[Tuple[int, int]]:
+    parts = max(1, min(parts, n // 5000 or 1))
+    bounds = [n * i // parts for i in range(parts + 1)]
+    return [(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+
+
+def _parallel(tasks: list, fn, workers: int) -> list:
+    """Run fn over tasks in forked processes (in this process when one worker or no fork)."""
+    import multiprocessing as mp
+
+    if workers <= 1 or len(tasks) <= 1 or "fork" not in mp.get_all_start_methods() or mp.current_process().name != "MainProcess":
+        return [fn(t) for t in tasks]
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=mp.get_context("fork")) as pool:
+        return list(pool.map(fn, tasks))
 
 
 def write_vis(path: str, g_n: Graph, g_b: Optional[Graph], *, mode: Optional[str], micro_steps: int,
-              overflow_check: bool) -> None:
-    """Write one .vis (build when g_b is None, else compare) to ``path`` (a temp name; caller renames)."""
+              overflow_check: bool, workers: int = 1) -> None:
+    """Write one .vis (build when g_b is None, else compare) to ``path`` (a temp name; caller renames).
+
+    Nodes are formatted in ``workers`` forked processes, each writing a slice of the node table to a side
+    file; the slices are then concatenated in order.
+    """
     md5_mode = mode == MODE_MD5
-    with open(path, "wb", buffering=1 << 20) as f:
-        w = f.write
-        if g_b is None:
-            for chunk in _graph_chunks(g_n, md5_mode):
-                w(chunk)
-            w(b', "MicroSteps": ' + orjson.dumps(micro_steps) + b', "OverflowCheck": ' + orjson.dumps(overflow_check) + b"}")
-            return
-        w(b'{"NPU": ')
-        for chunk in _graph_chunks(g_n, md5_mode):
-            w(chunk)
-        w(b'}, "Bench": ')
-        for chunk in _graph_chunks(g_b, md5_mode):
-            w(chunk)
-        w(b"}")
-        w(b', "ToolTip": ' + orjson.dumps(tool_tip(mode)))
-        w(b', "Colors": ' + orjson.dumps(colors_for(mode)))
-        if micro_steps:
-            w(b', "MicroSteps": ' + orjson.dumps(micro_steps))
-        w(b', "task": ' + orjson.dumps(mode))
-        w(b', "OverflowCheck": ' + orjson.dumps(overflow_check) + b"}")
+    graphs = [("NPU", g_n)] + ([("Bench", g_b)] if g_b is not None else [])
+    tasks = []
+    for key, g in graphs:
+        _SHARED[key] = list(g.nodes.values())
+        for lo, hi in _slices(len(_SHARED[key]), workers):
+            tasks.append((key, lo, hi, md5_mode, f"{path}.{key}.{lo}"))
+    try:
+        parts = _parallel(tasks, _write_slice, workers)
+        by_key: Dict[str, List[str]] = {}
+        for t, p in zip(tasks, parts):
+            by_key.setdefault(t[0], []).append(p)
+        with open(path, "wb", buffering=1 << 20) as f:
+            w = f.write
+
+            def graph(key: str, g: Graph, close: bool = True) -> None:
+                w(b'{"root": "' + ROOT_ID.encode() + b'", "dump_data_dir": ' + orjson.dumps(g.dump_data_dir) + b', "node": {')
+                for p in by_key.get(key, []):
+                    with open(p, "rb") as src:
+                        shutil.copyfileobj(src, f, 1 << 20)
+                w(b"}}" if close else b"}")
+
+            if g_b is None:
+                graph("NPU", g_n, close=False)
+                w(b', "MicroSteps": ' + orjson.dumps(micro_steps) + b', "OverflowCheck": ' + orjson.dumps(overflow_check) + b"}")
+                return
+            w(b'{"NPU": ')
+            graph("NPU", g_n)
+            w(b', "Bench": ')
+            graph("Bench", g_b)
+            w(b', "ToolTip": ' + orjson.dumps(tool_tip(mode)))
+            w(b', "Colors": ' + orjson.dumps(colors_for(mode)))
+            if micro_steps:
+                w(b', "MicroSteps": ' + orjson.dumps(micro_steps))
+            w(b', "task": ' + orjson.dumps(mode))
+            w(b', "OverflowCheck": ' + orjson.dumps(overflow_check) + b"}")
+    finally:
+        _SHARED.clear()
+        for t in tasks:
+            try:
+                os.remove(t[4])
+            except OSError:
+                pass
 
 
 # ---------------------------------------------------------------------------------------------- .vis.db
@@ -166,6 +250,42 @@ def _dumps(v) -> str:
     return orjson.dumps(v, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
+def _db_rows(lo: int, hi: int) -> List[tuple]:
+    order, sids, graph_id, source, dump_data_dir, step, rank, md5_mode = _SHARED["db"]
+    rows = []
+    for i in range(lo, hi):
+        n = order[i]
+        rows.append((
+            f"{graph_id}_{n.id}", graph_id, i, n.id, str(n.type),
+            n.up.id if n.up is not None else "",
+            _dumps([c.id for c in n.subnodes]) if n.subnodes else "",
+            n.data.get("precision_index"), n.data.get("overflow_level"),
+            n.micro_step if n.micro_step is not None else 0,
+            _dumps(n.link), sids[i], "", _dumps(n.distributed), 0,
+            _dumps(format_items(n.input_data, md5_mode, n.id)),
+            _dumps(format_items(n.output_data, md5_mode, n.id)),
+            source, dump_data_dir, step, rank,
+        ))
+    return rows
+
+
+def _db_slice(args) -> str:
+    lo, hi, path = args
+    con = sqlite3.connect(path)
+    try:
+        con.execute("PRAGMA journal_mode=OFF")
+        con.execute("PRAGMA synchronous=OFF")
+        body = ", ".join(f"{c} {t}" for c, t in NODE_COLUMNS)
+        con.execute(f"CREATE TABLE tb_nodes ({body})")
+        ins = f"INSERT INTO tb_nodes VALUES ({', '.join('?' * len(NODE_COLUMNS))})"
+        for a in range(lo, hi, 5000):
+            con.executemany(ins, _db_rows(a, min(hi, a + 5000)))
+        con.commit()
+    finally:
+        con.close()
+    return path
+
+
 class DbWriter:
     """Streams graphs into one SQLite file; call :meth:`close` to add the indexes and the config row."""
 
@@ -180,34 +300,52 @@ class DbWriter:
             body = ",\n".join(f"    {c} {t}" for c, t in cols)
             cur.execute(f"CREATE TABLE {table} (\n{body}\n)")
 
-    def add_graph(self, g: Graph, source: str, step: int, rank: int, md5_mode: bool) -> None:
+    def add_graph(self, g: Graph, source: str, step: int, rank: int, md5_mode: bool, workers: int = 1) -> None:
+        """Insert one graph: post-order ``node_order``, stacks deduplicated per graph.
+
+        With several workers the rows are formatted in forked processes, each into a part database that is
+        then copied in with one INSERT ... SELECT.
+        """
         graph_id = f"{source}_{step}_{rank}"
-        stack_ids: Dict[str, str] = {}
+        stack_ids: Dict[int, str] = {}
+        by_text: Dict[str, str] = {}
         stack_rows = []
-        rows = []
-        for order, n in enumerate(g.postorder()):
-            key = _dumps(n.stack)
-            sid = stack_ids.get(key)
+        order = list(g.postorder())
+        sids = []
+        for n in order:
+            sid = stack_ids.get(id(n.stack))
             if sid is None:
-                sid = f"{graph_id}_{len(stack_ids)}"
-                stack_ids[key] = sid
-                stack_rows.append((sid, key))
-            rows.append((
-                f"{graph_id}_{n.id}", graph_id, order, n.id, str(n.type),
-                n.up.id if n.up is not None else "",
-                _dumps([c.id for c in n.subnodes]) if n.subnodes else "",
-                n.data.get("precision_index"), n.data.get("overflow_level"),
-                n.micro_step if n.micro_step is not None else 0,
-                _dumps(n.link), sid, "", _dumps(n.distributed), 0,
-                _dumps(format_items(n.input_data, md5_mode, n.id)),
-                _dumps(format_items(n.output_data, md5_mode, n.id)),
-                source, g.dump_data_dir, step, rank,
-            ))
-            if len(rows) >= 5000:
-                self._flush(rows)
-                rows = []
-        self._flush(rows)
+                key = _dumps(n.stack)
+                sid = by_text.get(key)
+                if sid is None:
+                    sid = by_text[key] = f"{graph_id}_{len(by_text)}"
+                    stack_rows.append((sid, key))
+                stack_ids[id(n.stack)] = sid
+            sids.append(sid)
         self.con.executemany("INSERT INTO tb_stack VALUES (?, ?)", stack_rows)
+        _SHARED["db"] = (order, sids, graph_id, source, g.dump_data_dir, step, rank, md5_mode)
+        try:
+            slices = _slices(len(order), workers)
+            if len(slices) <= 1 or workers <= 1:
+                for lo in range(0, len(order), 5000):
+                    self._flush(_db_rows(lo, min(len(order), lo + 5000)))
+                return
+            tasks = [(lo, hi, f"{self.path}.part{lo}") for lo, hi in slices]
+            try:
+                for part in _parallel(tasks, _db_slice, workers):
+                    self.con.execute("ATTACH DATABASE ? AS part", (part,))
+                    self.con.execute("INSERT INTO tb_nodes SELECT * FROM part.tb_nodes")
+                    self.con.commit()
+                    self.con.execute("DETACH DATABASE part")
+            finally:
+                for t in tasks:
+                    for suffix in ("", "-journal"):
+                        try:
+                            os.remove(t[2] + suffix)
+                        except OSError:
+                            pass
+        finally:
+            _SHARED.pop("db", None)
 
     def _flush(self, rows: List[tuple]) -> None:
         if rows:

@@ -91,6 +91,8 @@ class Graph:
         self.task = ""
         self.framework = ""
         self.dump_dir = ""
+        self.data: dict = {}
+        self.has_md5 = False
 
     def get(self, node_id: str) -> Optional[Node]:
         return self.nodes.get(node_id)

@@ -92,10 +92,21 @@ def simplify_stack(node_id: str, frames: List[str]) -> List[str]:
 
 
 def _simplify(g: Graph) -> None:
-    cache: Dict[Tuple[str, int], List[str]] = {}
+    # stack lists are shared by every node of a stack.json group: simplify each (list, layer) once
+    cache: Dict[Tuple[int, str], List[str]] = {}
     for n in g.nodes.values():
-        if n.stack:
-            n.stack = simplify_stack(n.id, n.stack)
+        frames = n.stack
+        if not frames:
+            continue
+        if _MODULE.match(n.id):
+            parts = n.id.split(".")
+            key = (id(frames), parts[-4] if len(parts) >= 4 else "")
+        else:
+            key = (id(frames), "")
+        got = cache.get(key)
+        if got is None:
+            got = cache[key] = simplify_stack(n.id, frames)
+        n.stack = got
 
 
 # ---------------------------------------------------------------------------------------------- one unit
@@ -158,6 +169,9 @@ def run_unit(cfg: GraphConfig, unit: Unit, workdir: str, ts: str) -> UnitResult:
         if g_b is not None:
             _simplify(g_b)
     md5 = mode == gcompare.MODE_MD5
+    # a single unit runs in the main process: its writing is spread over the cores instead
+    in_main = mp.current_process().name == "MainProcess"
+    writers = (cfg.jobs or os.cpu_count() or 1) if in_main else 1
     dist = {"NPU": _dist_summary(g_n, cfg.overflow_check)}
     if g_b is not None:
         dist["Bench"] = _dist_summary(g_b, cfg.overflow_check)
@@ -166,15 +180,15 @@ def run_unit(cfg: GraphConfig, unit: Unit, workdir: str, ts: str) -> UnitResult:
         os.close(fd)
         os.unlink(part)
         w = export.DbWriter(part)
-        w.add_graph(g_n, "NPU", unit.step, unit.rank, md5)
+        w.add_graph(g_n, "NPU", unit.step, unit.rank, md5, writers)
         if g_b is not None:
-            w.add_graph(g_b, "Bench", unit.step, unit.rank, md5)
+            w.add_graph(g_b, "Bench", unit.step, unit.rank, md5, writers)
         w.con.commit()
         w.con.close()
     else:
         fd, part = tempfile.mkstemp(prefix="part-", suffix=".vis", dir=workdir)
         os.close(fd)
-        export.write_vis(part, g_n, g_b, mode=mode, micro_steps=micro, overflow_check=cfg.overflow_check)
+        export.write_vis(part, g_n, g_b, mode=mode, micro_steps=micro, overflow_check=cfg.overflow_check, workers=writers)
     nodes = len(g_n)
     return UnitResult(unit, part, nodes, matched, micro, mode, dist)
 
