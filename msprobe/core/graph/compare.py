@@ -210,14 +210,38 @@ def _invalid(v) -> bool:
     return v.__class__ is float and (math.isnan(v) or math.isinf(v))
 
 
-def _summary_fields(item_pairs: List[Tuple[dict, Optional[dict]]]) -> None:
-    """Vectorised statistic diffs; writes the 8 summary keys and Requires_grad Consistent into NPU items."""
+class Text(str):
+    """A value already in its final display form (the writers pass it through unchanged)."""
+
+    __slots__ = ()
+
+
+_TRUE, _FALSE, _NA, _NAN = Text("True"), Text("False"), Text("N/A"), Text("Nan")
+
+
+def _rel_text(r: float) -> str:
+    t = repr(r)
+    if "e" not in t and "n" not in t:  # plain decimal: the viewer shows at most 6 decimals
+        dot = t.find(".")
+        if dot >= 0 and len(t) - dot - 1 > 6:
+            t = "{:.6f}".format(r)
+    return Text(t + "%")
+
+
+def _summary_fields(item_pairs: List[Tuple[dict, Optional[dict]]], worst_rel: Dict[int, float]) -> None:
+    """Vectorised statistic diffs; writes the 8 summary keys and Requires_grad Consistent into NPU items.
+
+    ``worst_rel`` receives, per NPU item (by id), the largest of its four relative errors as a fraction,
+    the number the precision index is made of (the reference re-parses it from the "x%" texts: same value).
+    """
     k = len(item_pairs)
     if not k:
         return
     nan = float("nan")
-    has_b = np.fromiter((p[1] is not None for p in item_pairs), dtype=bool, count=k)
-    cols = []
+    has_b = [p[1] is not None for p in item_pairs]
+    diffs = []
+    rels = []
+    worst = np.zeros(k)
     for key in _STATS:
         nv = [p[0].get(key) for p in item_pairs]
         bv = [p[1].get(key) if p[1] is not None else None for p in item_pairs]
@@ -227,35 +251,38 @@ def _summary_fields(item_pairs: List[Tuple[dict, Optional[dict]]]) -> None:
         with np.errstate(all="ignore"):
             diff = na - ba
             rel = np.abs((diff / ba) * 100)
-        cols.append((ok, diff, rel, ba))
-    diffs = [[None] * k for _ in range(4)]
-    rels = [[None] * k for _ in range(4)]
-    for s, (ok, diff, rel, ba) in enumerate(cols):
-        dl, rl, bl = diff.tolist(), rel.tolist(), ba.tolist()
-        okl = ok.tolist()
-        dcol, rcol = diffs[s], rels[s]
+            has_rel = ok & ~np.isnan(diff) & (ba != 0)
+            worst = np.where(has_rel & (rel / 100 > worst), rel / 100, worst)
+        dl, rl = diff.tolist(), rel.tolist()
+        okl, hrl = ok.tolist(), has_rel.tolist()
+        dcol: list = [None] * k
+        rcol: list = [None] * k
         for i in range(k):
             if not has_b[i]:
                 continue
             if not okl[i]:
-                dcol[i] = rcol[i] = "N/A"
-                continue
-            d = dl[i]
-            if d != d:
-                dcol[i] = rcol[i] = "Nan"
+                dcol[i] = rcol[i] = _NA
+            elif dl[i] != dl[i]:
+                dcol[i] = rcol[i] = _NAN
             else:
-                dcol[i] = d
-                rcol[i] = "N/A" if bl[i] == 0 else repr(rl[i]) + "%"
+                dcol[i] = dl[i]
+                rcol[i] = _rel_text(rl[i]) if hrl[i] else _NA
+        diffs.append(dcol)
+        rels.append(rcol)
+    wl = worst.tolist()
+    d0, d1, d2, d3 = diffs
+    r0, r1, r2, r3 = rels
     for i, (it, bt) in enumerate(item_pairs):
-        it["Max diff"] = diffs[0][i]
-        it["Min diff"] = diffs[1][i]
-        it["Mean diff"] = diffs[2][i]
-        it["L2norm diff"] = diffs[3][i]
-        it["MaxRelativeErr"] = rels[0][i]
-        it["MinRelativeErr"] = rels[1][i]
-        it["MeanRelativeErr"] = rels[2][i]
-        it["NormRelativeErr"] = rels[3][i]
-        it[RG_KEY] = str(bt is not None and it.get("requires_grad") == bt.get("requires_grad"))
+        it["Max diff"] = d0[i]
+        it["Min diff"] = d1[i]
+        it["Mean diff"] = d2[i]
+        it["L2norm diff"] = d3[i]
+        it["MaxRelativeErr"] = r0[i]
+        it["MinRelativeErr"] = r1[i]
+        it["MeanRelativeErr"] = r2[i]
+        it["NormRelativeErr"] = r3[i]
+        it[RG_KEY] = _TRUE if bt is not None and it.get("requires_grad") == bt.get("requires_grad") else _FALSE
+        worst_rel[id(it)] = wl[i]
 
 
 def _md5_fields(item_pairs: List[Tuple[dict, Optional[dict]]]) -> None:
@@ -268,24 +295,15 @@ def _md5_fields(item_pairs: List[Tuple[dict, Optional[dict]]]) -> None:
             it[RG_KEY] = str(it.get("requires_grad") == bt.get("requires_grad"))
 
 
-def _pct(v) -> float:
-    try:
-        return float(str(v).strip("%")) / 100
-    except (TypeError, ValueError):
-        return 0.0
-
-
-def _summary_index(n: Node):
+def _summary_index(n: Node, worst_rel: Dict[int, float]):
     # ints where the reference keeps its int constants (0 / 1): str(index) shows in matched_distributed
     worst = 0
     for it in n.output_data.values():
         if it.get("Max") is None:
             continue
-        if "MaxRelativeErr" in it:
-            for key in SUMMARY_KEYS[4:]:
-                v = _pct(it[key])
-                if v > worst:
-                    worst = v
+        v = worst_rel.get(id(it))
+        if v is not None and v > worst:
+            worst = v
         if _invalid(it.get("Max")) or _invalid(it.get("Min")):
             worst = 1
     return 1 if worst > 1 else worst
@@ -354,8 +372,11 @@ def compare_graphs(
     for n, b in pairs:
         item_pairs.extend(_item_pairs(n, b))
     if mode == MODE_SUMMARY:
-        _summary_fields(item_pairs)
-        index = _summary_index
+        worst_rel: Dict[int, float] = {}
+        _summary_fields(item_pairs, worst_rel)
+
+        def index(node):
+            return _summary_index(node, worst_rel)
     elif mode == MODE_MD5:
         _md5_fields(item_pairs)
         index = _md5_index

@@ -12,12 +12,13 @@ import os
 import re
 import shutil
 import sqlite3
+from itertools import repeat
 from typing import Dict, List, Optional, Tuple
 
 import orjson
 
 from msprobe.core.graph.colors import colors_for, tool_tip
-from msprobe.core.graph.compare import MODE_MD5
+from msprobe.core.graph.compare import MODE_MD5, Text
 from msprobe.core.graph.model import ROOT_ID, Graph, Node
 
 _SCI = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)$")
@@ -82,7 +83,9 @@ def format_item(item: dict, md5_mode: bool, p2p: bool = False) -> dict:
     out = {}
     for k, v in item.items():
         c = v.__class__
-        if c is str:
+        if c is Text:
+            out[k] = v
+        elif c is str:
             out[k] = fs(v) if v != " " else "null"
         elif c is float:
             out[k] = ff(v)
@@ -103,12 +106,86 @@ def format_items(data: Dict[str, dict], md5_mode: bool, node_id: str) -> Dict[st
     return {k: format_item(v, md5_mode, p2p) for k, v in data.items()}
 
 
-def node_dict(n: Node, md5_mode: bool) -> dict:
+def _floats_to_text(values: List[float]) -> List[str]:
+    """``_fmt_float`` over many values at C speed: repr switches to exponent form below 1e-4 and from 1e16."""
+    import numpy as np
+
+    if not values:
+        return []
+    arr = np.asarray(values, dtype=np.float64)
+    a = np.abs(arr)
+    with np.errstate(invalid="ignore"):
+        sci = ((a < 1e-4) & (a > 0)) | ((a >= 1e16) & np.isfinite(a))
+    if not sci.any():
+        return list(map(repr, map(round, values, repeat(6))))
+    out = [None] * len(values)
+    idx_sci = np.flatnonzero(sci).tolist()
+    idx_std = np.flatnonzero(~sci).tolist()
+    std_vals = [values[i] for i in idx_std]
+    for i, t in zip(idx_std, map(repr, map(round, std_vals, repeat(6)))):
+        out[i] = t
+    fmt = "{:.6e}".format
+    for i in idx_sci:
+        out[i] = fmt(values[i])
+    return out
+
+
+def format_nodes(nodes: List[Node], md5_mode: bool) -> List[Tuple[Dict[str, dict], Dict[str, dict]]]:
+    """(input_data, output_data) as the viewer shows them for many nodes at once.
+
+    Same result as :func:`format_items` per node; floats (most of the values) are formatted in one batch.
+    """
+    cache = _STR_CACHE
+    fs = _fmt_str
+    floats: List[float] = []
+    slots: List[tuple] = []
+    result = []
+    for n in nodes:
+        p2p = "batch_isend_irecv" in n.id
+        pair = []
+        for data in (n.input_data, n.output_data):
+            fdata = {}
+            for name, item in data.items():
+                if item.get("Max", 0) is None:
+                    fdata[name] = {"value": "null"}
+                    continue
+                if item.get("type") == "torch.ProcessGroup" or p2p:
+                    fdata[name] = format_item(item, md5_mode, p2p)
+                    continue
+                out = {}
+                for k, v in item.items():
+                    c = v.__class__
+                    if c is Text:
+                        out[k] = v
+                    elif c is str:
+                        r = cache.get(v)
+                        out[k] = r if r is not None else (fs(v) if v != " " else "null")
+                    elif c is float:
+                        out[k] = None
+                        floats.append(v)
+                        slots.append((out, k))
+                    else:
+                        out[k] = _fmt_value(v)
+                if not md5_mode:
+                    out.pop("md5", None)
+                if out.get("Max") == "null":
+                    out = {"value": "null"}
+                fdata[name] = out
+            pair.append(fdata)
+        result.append((pair[0], pair[1]))
+    for (d, k), t in zip(slots, _floats_to_text(floats)):
+        d[k] = t
+    return result
+
+
+def node_dict(n: Node, md5_mode: bool, formatted: Optional[tuple] = None) -> dict:
+    fin, fout = formatted if formatted is not None else (
+        format_items(n.input_data, md5_mode, n.id), format_items(n.output_data, md5_mode, n.id))
     d = {
         "id": n.id,
         "node_type": n.type,
-        "output_data": format_items(n.output_data, md5_mode, n.id),
-        "input_data": format_items(n.input_data, md5_mode, n.id),
+        "output_data": fout,
+        "input_data": fin,
         "upnode": n.up.id if n.up is not None else "None",
         "subnodes": [c.id for c in n.subnodes],
         "matched_node_link": n.link,
@@ -130,8 +207,8 @@ def _node_bytes(nodes: List[Node], md5_mode: bool, first: bool) -> bytes:
     parts = []
     dumps = orjson.dumps
     opt = orjson.OPT_NON_STR_KEYS
-    for n in nodes:
-        parts.append((b"" if first else b", ") + dumps(n.id) + b": " + dumps(node_dict(n, md5_mode), option=opt))
+    for n, f in zip(nodes, format_nodes(nodes, md5_mode)):
+        parts.append((b"" if first else b", ") + dumps(n.id) + b": " + dumps(node_dict(n, md5_mode, f), option=opt))
         first = False
     return b"".join(parts)
 
@@ -253,8 +330,10 @@ def _dumps(v) -> str:
 def _db_rows(lo: int, hi: int) -> List[tuple]:
     order, sids, graph_id, source, dump_data_dir, step, rank, md5_mode = _SHARED["db"]
     rows = []
+    formatted = format_nodes(order[lo:hi], md5_mode)
     for i in range(lo, hi):
         n = order[i]
+        fin, fout = formatted[i - lo]
         rows.append((
             f"{graph_id}_{n.id}", graph_id, i, n.id, str(n.type),
             n.up.id if n.up is not None else "",
@@ -262,8 +341,8 @@ def _db_rows(lo: int, hi: int) -> List[tuple]:
             n.data.get("precision_index"), n.data.get("overflow_level"),
             n.micro_step if n.micro_step is not None else 0,
             _dumps(n.link), sids[i], "", _dumps(n.distributed), 0,
-            _dumps(format_items(n.input_data, md5_mode, n.id)),
-            _dumps(format_items(n.output_data, md5_mode, n.id)),
+            _dumps(fin),
+            _dumps(fout),
             source, dump_data_dir, step, rank,
         ))
     return rows
