@@ -61,3 +61,25 @@ def test_load_json_errors(tmp_path):
     p.write_text("{}")
     with pytest.raises(MsprobeError, match="over the limit"):
         load_json(str(p), "dump.json", limit=1)
+
+
+def test_chunked_dump_parsing_equals_whole_parse():
+    import json as _json
+
+    from msprobe.core.fileio import _chunked, _loads
+
+    data = {f"Torch.op.{i}.forward": {"input_args": [{"type": "torch.Tensor", "Max": float("nan") if i == 3 else i,
+                                                    "shape": [i, 2]}], "output": [None]} for i in range(50)}
+    doc = {"task": "statistics", "level": "mix", "framework": "pytorch", "dump_data_dir": None, "data": data}
+    for indent in (1, 2, 4):
+        raw = _json.dumps(doc, indent=indent).encode()
+        got = _chunked(raw, False, 7)
+        assert got is not None and list(got["data"]) == list(data)
+        assert _json.dumps(got, sort_keys=True) == _json.dumps(_loads(raw), sort_keys=True)
+        assert got["data"]["Torch.op.3.forward"]["input_args"][0]["Max"] != got["data"]["Torch.op.3.forward"]["input_args"][0]["Max"]
+    # data not the last key, and an empty data object
+    raw = _json.dumps({"task": "tensor", "data": data, "extra": {"a": 1}}, indent=1).encode()
+    assert _chunked(raw, False, 5)["extra"] == {"a": 1}
+    assert _chunked(_json.dumps({"task": "x", "data": {}}, indent=1).encode(), False, 5) is None  # whole-file parse
+    # compact JSON has no layout to cut on: the caller falls back to the whole-file parser
+    assert _chunked(_json.dumps(doc).encode(), False, 5) is None

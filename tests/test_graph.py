@@ -361,3 +361,22 @@ def test_layout_mismatch_and_bad_folder(tmp_path, capsys):
     _cli_fails(capsys, ["graph", "-tp", str(tmp_path / "t"), "-gp", t, "-o", str(tmp_path / "o")], "same level")
     os.makedirs(tmp_path / "x" / "weird")
     _cli_fails(capsys, ["graph", "-tp", str(tmp_path / "x"), "-o", str(tmp_path / "o")], "weird")
+
+
+def test_layer_mapping_cross_framework(tmp_path):
+    pytest.importorskip("msprobe.core.compare.layer_mapping")
+    from test_layer_mapping import EXPECTED_WITH_YAML
+
+    data = ROOT / "tests" / "data" / "layer_mapping"
+    res = run_graph(GraphConfig(target=str(data / "npu"), golden=str(data / "bench"), output=str(tmp_path / "o"),
+                                layer_mapping=str(data / "mapping.yaml")))
+    a, _ = read_vis(res.outputs[0])
+    npu = a["NPU"]
+    for n_id, b_id in EXPECTED_WITH_YAML.items():
+        if n_id in npu:
+            assert npu[n_id][3] == b_id, n_id
+    # the NPU-only wrapper cell has no counterpart (the mapping leaves it out): grey, not matched by name
+    assert npu["Cell.model.embedding.Embedding.forward.0"][3] is None
+    assert npu["DefaultModel"][3] == "DefaultModel"
+    matched = sum(1 for v in npu.values() if v[3])
+    assert matched == 1 + sum(1 for k in EXPECTED_WITH_YAML if k in npu)

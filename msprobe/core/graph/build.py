@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import zlib
 from typing import Dict, List, Optional, Tuple
 
 from msprobe.core.errors import MsprobeError
-from msprobe.core.fileio import load_json
+from msprobe.core.fileio import NONFINITE_MARKERS, load_dump_json, load_json
 from msprobe.core.graph.model import (
     COLLECTION_PREFIX, TYPE_API, TYPE_COLLECTION, TYPE_MODULE, Graph, Node, node_type_of,
 )
@@ -47,6 +48,7 @@ MAX_ITEM_DEPTH = 400
 # ---------------------------------------------------------------------------------------------- items
 
 
+_intern = sys.intern
 _BOOL_KEYS = ("requires_grad", "value", "Max", "Min", "Mean", "Norm")
 
 
@@ -57,10 +59,20 @@ def _leaf_item(leaf: dict, name: str) -> dict:
     added keys do not change what the overflow check and the layer mapping read from the dump data.
     """
     item = leaf
+    # the same few type names repeat in every record: keep one copy of each
+    t = item.get("type")
+    if t.__class__ is str:
+        item["type"] = _intern(t)
+    t = item.get("dtype")
+    if t.__class__ is str:
+        item["dtype"] = _intern(t)
     for k in _BOOL_KEYS:
         v = item.get(k)
-        if v.__class__ is bool:
+        c = v.__class__
+        if c is bool:
             item[k] = "True" if v else "False"
+        elif c is str and v[:1] == "\x00":  # NaN / Infinity left as markers by the JSON loader
+            item[k] = NONFINITE_MARKERS.get(v, v)
     if not item.get("data_name"):
         item["data_name"] = "-1"
     if "requires_grad" not in item:
@@ -237,7 +249,8 @@ def read_construct(path: str) -> Tuple[Dict[str, object], Dict[str, int], Option
 
 
 def read_dump_json(path: str) -> dict:
-    obj = load_json(path, "dump.json")
+    # non-finite values stay marker strings until _leaf_item turns them into floats (saves a walk)
+    obj = load_dump_json(path, "dump.json", nonfinite_markers=True)
     if not isinstance(obj, dict) or not isinstance(obj.get("data", {}), dict):
         raise MsprobeError(f"dump.json {path}: not a dump.json (expected an object with 'task' and 'data'); the file is damaged")
     if not obj.get("task"):
@@ -344,6 +357,7 @@ def build_graph(dump_dir: str) -> Graph:
     g.framework = str(dump.get("framework") or "pytorch")
     g.dump_dir = dump_dir
     g.data = data
+    g.data_keys = frozenset(data)
     g.has_md5 = has_md5(data)  # before the items (which are the dump's own records) gain CRC md5 values
     b = _Builder(g, data, stacks, micro, dump_path)
     root = g.root

@@ -162,10 +162,16 @@ def match_fuzzy(g_n: Graph, g_b: Graph, check_shape: bool = True) -> List[Tuple[
 
 
 def match_mapping(g_n: Graph, g_b: Graph, mapping: Dict[str, str]) -> List[Tuple[Node, Node]]:
+    """Match through a layer map.  The map covers the dump entries: an entry it leaves out has no partner
+    (the reference maps it to "N/A"); nodes that are not dump entries (root, collections) match by id."""
     pairs: List[Tuple[Node, Node]] = []
     bnodes = g_b.nodes
+    data = g_n.data_keys
     for n in g_n.bfs():
-        b = bnodes.get(mapping.get(n.id, n.id))
+        target = mapping.get(n.id)
+        if target is None and n.id not in data:
+            target = n.id
+        b = bnodes.get(target) if target is not None else None
         if b is None:
             continue
         _link(n, b, pairs)

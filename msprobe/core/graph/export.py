@@ -234,15 +234,27 @@ def _slices(n: int, parts: int) -> List[Tuple[int, int]]:
 
 
 def _parallel(tasks: list, fn, workers: int) -> list:
-    """Run fn over tasks in forked processes (in this process when one worker or no fork)."""
+    """Run fn over tasks: this process takes the first share itself, forked children the others.
+
+    The children read the graph copy-on-write; every page they touch (reference counts) is copied, so
+    one child fewer than there are workers keeps that duplication to the children's share of the graph.
+    """
     import multiprocessing as mp
 
     if workers <= 1 or len(tasks) <= 1 or "fork" not in mp.get_all_start_methods() or mp.current_process().name != "MainProcess":
         return [fn(t) for t in tasks]
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=mp.get_context("fork")) as pool:
-        return list(pool.map(fn, tasks))
+    mine = tasks[:: workers]
+    theirs = [t for i, t in enumerate(tasks) if i % workers]
+    results = {}
+    with ProcessPoolExecutor(max_workers=min(workers - 1, len(theirs)), mp_context=mp.get_context("fork")) as pool:
+        futures = [(id(t), pool.submit(fn, t)) for t in theirs]
+        for t in mine:
+            results[id(t)] = fn(t)
+        for key, fut in futures:
+            results[key] = fut.result()
+    return [results[id(t)] for t in tasks]
 
 
 def write_vis(path: str, g_n: Graph, g_b: Optional[Graph], *, mode: Optional[str], micro_steps: int,

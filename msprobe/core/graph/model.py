@@ -91,7 +91,8 @@ class Graph:
         self.task = ""
         self.framework = ""
         self.dump_dir = ""
-        self.data: dict = {}
+        self.data: dict = {}  # dump.json "data" (dropped once the overflow check / layer mapping used it)
+        self.data_keys: frozenset = frozenset()  # its entry names
         self.has_md5 = False
 
     def get(self, node_id: str) -> Optional[Node]:

@@ -125,7 +125,8 @@ def _load_mapping(cfg: GraphConfig, g_n: Graph, g_b: Graph) -> Optional[Dict[str
     st_n = load_json(os.path.join(g_n.dump_dir, gbuild.STACK), "stack.json")
     st_b = load_json(os.path.join(g_b.dump_dir, gbuild.STACK), "stack.json")
     try:
-        return compute_layer_mapping(g_n.data, g_b.data, cons_n, cons_b, st_n, st_b, rules)
+        return compute_layer_mapping(g_n.data, g_b.data, cons_n, cons_b, st_n, st_b, rules,
+                                     npu_framework=g_n.framework, bench_framework=g_b.framework)
     except MsprobeError:
         raise
     except Exception as exc:  # noqa: BLE001 - the reference warns and goes on with an empty map
@@ -146,8 +147,17 @@ def run_unit(cfg: GraphConfig, unit: Unit, workdir: str, ts: str) -> UnitResult:
     """Build (and compare) one step/rank and write its finished output part into ``workdir``."""
     from msprobe.core.graph.overflow import apply_overflow, overflow_levels
 
+    # the dump data (beyond the items, which live on in the nodes) is only needed for the overflow check
+    # and the layer mapping: take what they need, then drop it before the next graph is built
+    keep = cfg.layer_mapping is not None
     g_n = gbuild.build_graph(unit.target)
+    levels_n = overflow_levels(g_n.data) if cfg.overflow_check else None
+    if not keep:
+        g_n.data = {}
     g_b = gbuild.build_graph(unit.golden) if unit.golden is not None else None
+    levels_b = overflow_levels(g_b.data) if cfg.overflow_check and g_b is not None else None
+    if g_b is not None and not keep:
+        g_b.data = {}
     mode = None
     matched = 0
     if g_b is not None:
@@ -158,13 +168,14 @@ def run_unit(cfg: GraphConfig, unit: Unit, workdir: str, ts: str) -> UnitResult:
                 f"compare needs -lm/--layer_mapping (a layer-mapping yaml, or the bare flag to match by name only)"
             )
         mapping = _load_mapping(cfg, g_n, g_b)
+        g_n.data = g_b.data = {}
         matched = gcompare.compare_graphs(g_n, g_b, mode, fuzzy=cfg.fuzzy, mapping=mapping,
                                           jobs=1 if mp.current_process().name != "MainProcess" else cfg.jobs)
     micro = gbuild.paginate(g_n, g_b)
     if cfg.overflow_check:
-        apply_overflow(g_n, overflow_levels(g_n.data))
+        apply_overflow(g_n, levels_n)
         if g_b is not None:
-            apply_overflow(g_b, overflow_levels(g_b.data))
+            apply_overflow(g_b, levels_b)
     if not cfg.complete_stack:
         _simplify(g_n)
         if g_b is not None:
