@@ -61,7 +61,7 @@ setup(
     },
     entry_points={
         "console_scripts": [
-            "msprobe = msprobe.cli.main:main",
+            "msprobe = msprobe.cli.main:console_main",
         ],
     },
     classifiers=[

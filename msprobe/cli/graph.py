@@ -41,7 +41,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     v.add_argument("-oc", "--overflow_check", action="store_true", help="mark overflow levels (medium / high / critical) on nodes")
     v.add_argument("-cs", "--complete_stack", action="store_true", help="keep complete stacks (default: the one caller line)")
     x = p.add_argument_group("execution")
-    x.add_argument("-j", "--jobs", type=int, default=0, help="parallel workers for steps/ranks (default: one per core)")
+    x.add_argument("-j", "--jobs", type=int, default=0,
+                   help="parallel workers for steps/ranks (default: one per core); for a single graph, N > 1 also "
+                        "splits its writing over N processes (faster, but almost twice the memory)")
     x.add_argument("-q", "--quiet", action="store_true", help="no progress output")
 
 

@@ -106,5 +106,20 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 1
 
 
+def console_main() -> None:  # pragma: no cover - the installed `msprobe` script
+    """Run :func:`main` and leave without tearing down the heap.
+
+    A graph or compare holds millions of small objects until the end; freeing them one by one at
+    interpreter exit costs seconds and achieves nothing.  Output streams are flushed first.
+    """
+    rc = main()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        logging.shutdown()
+        os._exit(rc)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    console_main()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import tempfile
 from typing import Callable, Optional
 
@@ -291,6 +292,21 @@ def unique_path(path: str) -> str:
     while os.path.lexists(f"{stem}_{i}{ext}"):
         i += 1
     return f"{stem}_{i}{ext}"
+
+
+def place_file(src: str, final_path: str, mode: int = 0o640) -> str:
+    """Give the finished file ``src`` (in the same directory tree) the name ``final_path`` without ever
+    replacing a file: a hard link under a free name (``_1``, ``_2`` ... when taken), else a copy."""
+    os.chmod(src, mode)
+    target = final_path
+    while True:
+        try:
+            os.link(src, target)
+            return target
+        except FileExistsError:
+            target = unique_path(target)
+        except OSError:
+            return atomic_write(final_path, lambda tmp: shutil.copyfile(src, tmp), mode)
 
 
 def atomic_write(final_path: str, write: Callable[[str], None], mode: int = 0o640) -> str:

@@ -49,7 +49,9 @@ MAX_ITEM_DEPTH = 400
 
 
 _intern = sys.intern
-_BOOL_KEYS = ("requires_grad", "value", "Max", "Min", "Mean", "Norm")
+
+
+_MISSING = object()
 
 
 def _leaf_item(leaf: dict, name: str) -> dict:
@@ -59,29 +61,41 @@ def _leaf_item(leaf: dict, name: str) -> dict:
     added keys do not change what the overflow check and the layer mapping read from the dump data.
     """
     item = leaf
+    get = item.get
     # the same few type names repeat in every record: keep one copy of each
-    t = item.get("type")
+    t = get("type")
     if t.__class__ is str:
         item["type"] = _intern(t)
-    t = item.get("dtype")
-    if t.__class__ is str:
-        item["dtype"] = _intern(t)
-    for k in _BOOL_KEYS:
-        v = item.get(k)
+    dt = get("dtype")
+    if dt.__class__ is str:
+        item["dtype"] = _intern(dt)
+    rg = get("requires_grad", _MISSING)
+    if rg is True:
+        item["requires_grad"] = "True"
+    elif rg is False:
+        item["requires_grad"] = "False"
+    elif rg is _MISSING:
+        item["requires_grad"] = None
+    for k in _STATS:
+        v = get(k, _MISSING)
         c = v.__class__
-        if c is bool:
+        if c is float or c is int:
+            continue
+        if v is _MISSING:
+            item[k] = None
+        elif c is bool:
             item[k] = "True" if v else "False"
         elif c is str and v[:1] == "\x00":  # NaN / Infinity left as markers by the JSON loader
             item[k] = NONFINITE_MARKERS.get(v, v)
-    if not item.get("data_name"):
+    if "value" in item:
+        v = item["value"]
+        if v.__class__ is bool:
+            item["value"] = "True" if v else "False"
+        elif v.__class__ is str and v[:1] == "\x00":
+            item["value"] = NONFINITE_MARKERS.get(v, v)
+    if not get("data_name"):
         item["data_name"] = "-1"
-    if "requires_grad" not in item:
-        item["requires_grad"] = None
-    if "Max" not in item or "Min" not in item or "Mean" not in item or "Norm" not in item:
-        for k in _STATS:
-            if k not in item:
-                item[k] = None
-    if not item.get("dtype") or not item.get("md5"):
+    if not dt:
         _finish_leaf(item, leaf, name)
     return item
 
@@ -120,8 +134,7 @@ def _finish_leaf(item: dict, leaf: dict, name: str) -> None:
             item["shape"] = "[]"
             for k in _STATS:
                 item[k] = value
-    if not item.get("md5"):
-        item["md5"] = "%08x" % zlib.crc32(str(leaf.get("value", "")).encode())
+
 
 
 def _none_item() -> dict:
@@ -259,6 +272,17 @@ def read_dump_json(path: str) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- building
+
+
+def md5_of(item: dict) -> str:
+    """The item's md5, or (like the reference) the CRC32 of its value's text when the dump has none.
+
+    Computed only when an md5 compare needs it: statistics dumps would otherwise carry an "00000000" on
+    every tensor item."""
+    m = item.get("md5")
+    if not m:
+        m = item["md5"] = "%08x" % zlib.crc32(str(item.get("value", "")).encode())
+    return m
 
 
 def has_md5(data: dict) -> bool:

@@ -30,6 +30,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from msprobe.core.errors import MsprobeError
+from msprobe.core.graph.build import md5_of
 from msprobe.core.graph.model import TYPE_API, TYPE_COLLECTION, Graph, Node
 
 MODE_SUMMARY = "summary"
@@ -294,10 +295,11 @@ def _summary_fields(item_pairs: List[Tuple[dict, Optional[dict]]], worst_rel: Di
 def _md5_fields(item_pairs: List[Tuple[dict, Optional[dict]]]) -> None:
     for it, bt in item_pairs:
         if bt is None:
+            md5_of(it)
             it["Result"] = "Nan"
             it[RG_KEY] = "False"
         else:
-            it["Result"] = "pass" if it.get("md5") == bt.get("md5") else "Different"
+            it["Result"] = "pass" if md5_of(it) == md5_of(bt) else "Different"
             it[RG_KEY] = str(it.get("requires_grad") == bt.get("requires_grad"))
 
 

@@ -27,7 +27,7 @@ _PG_KEEP = ("type", "group_ranks", "group_id", "data_name")
 _P2P_DROP = ("op", "peer", "tag", "group_id")
 
 
-_STR_CACHE: Dict[str, str] = {}
+_STR_CACHE: Dict[str, str] = {" ": "null"}
 
 
 def _fmt_str(s: str) -> str:
@@ -106,8 +106,17 @@ def format_items(data: Dict[str, dict], md5_mode: bool, node_id: str) -> Dict[st
     return {k: format_item(v, md5_mode, p2p) for k, v in data.items()}
 
 
+_TRAILING_ZEROS = re.compile(r"0+\n")
+
+
 def _floats_to_text(values: List[float]) -> List[str]:
-    """``_fmt_float`` over many values at C speed: repr switches to exponent form below 1e-4 and from 1e16."""
+    """``_fmt_float`` over many values at C speed.
+
+    repr switches to exponent form below 1e-4 and from 1e16 (those take ``{:.6e}``).  Between 1e-4 and 1e9,
+    ``str(round(x, 6))`` equals ``"%.6f" % x`` without its trailing zeros (both round the exact binary
+    value correctly, and a decimal of at most 15 digits is its own shortest repr): that is done on one
+    joined string.  The rest (NaN, inf, 1e9..1e16) go through ``round``/``repr`` one by one.
+    """
     import numpy as np
 
     if not values:
@@ -116,17 +125,28 @@ def _floats_to_text(values: List[float]) -> List[str]:
     a = np.abs(arr)
     with np.errstate(invalid="ignore"):
         sci = ((a < 1e-4) & (a > 0)) | ((a >= 1e16) & np.isfinite(a))
-    if not sci.any():
-        return list(map(repr, map(round, values, repeat(6))))
+        fast = ~sci & (a < 1e9)
+    out: List[Optional[str]]
+    if fast.all():
+        idx_fast = None
+        fast_vals = values
+    else:
+        idx_fast = np.flatnonzero(fast).tolist()
+        fast_vals = [values[i] for i in idx_fast]
+    text = "\n".join(map("%.6f".__mod__, fast_vals)) + "\n"
+    text = _TRAILING_ZEROS.sub("\n", text).replace(".\n", ".0\n")
+    fast_txt = text.split("\n")
+    fast_txt.pop()
+    if idx_fast is None:
+        return fast_txt
     out = [None] * len(values)
-    idx_sci = np.flatnonzero(sci).tolist()
-    idx_std = np.flatnonzero(~sci).tolist()
-    std_vals = [values[i] for i in idx_std]
-    for i, t in zip(idx_std, map(repr, map(round, std_vals, repeat(6)))):
+    for i, t in zip(idx_fast, fast_txt):
         out[i] = t
     fmt = "{:.6e}".format
-    for i in idx_sci:
+    for i in np.flatnonzero(sci).tolist():
         out[i] = fmt(values[i])
+    for i in np.flatnonzero(~sci & ~fast).tolist():
+        out[i] = repr(round(values[i], 6))
     return out
 
 
@@ -136,10 +156,14 @@ def format_nodes(nodes: List[Node], md5_mode: bool) -> List[Tuple[Dict[str, dict
     Same result as :func:`format_items` per node; floats (most of the values) are formatted in one batch.
     """
     cache = _STR_CACHE
+    cget = cache.get
     fs = _fmt_str
     floats: List[float] = []
     slots: List[tuple] = []
+    fadd = floats.append
+    sadd = slots.append
     result = []
+    radd = result.append
     for n in nodes:
         p2p = "batch_isend_irecv" in n.id
         pair = []
@@ -149,21 +173,25 @@ def format_nodes(nodes: List[Node], md5_mode: bool) -> List[Tuple[Dict[str, dict
                 if item.get("Max", 0) is None:
                     fdata[name] = {"value": "null"}
                     continue
-                if item.get("type") == "torch.ProcessGroup" or p2p:
+                if p2p or item.get("type") == "torch.ProcessGroup":
                     fdata[name] = format_item(item, md5_mode, p2p)
                     continue
                 out = {}
                 for k, v in item.items():
                     c = v.__class__
-                    if c is Text:
-                        out[k] = v
-                    elif c is str:
-                        r = cache.get(v)
-                        out[k] = r if r is not None else (fs(v) if v != " " else "null")
-                    elif c is float:
+                    if c is float:
                         out[k] = None
-                        floats.append(v)
-                        slots.append((out, k))
+                        fadd(v)
+                        sadd((out, k))
+                    elif c is str:
+                        out[k] = cget(v) or fs(v)
+                    elif c is Text:
+                        out[k] = v
+                    elif c is list:
+                        t = str(v)
+                        out[k] = cget(t) or fs(t)
+                    elif v is None:
+                        out[k] = "null"
                     else:
                         out[k] = _fmt_value(v)
                 if not md5_mode:
@@ -172,7 +200,7 @@ def format_nodes(nodes: List[Node], md5_mode: bool) -> List[Tuple[Dict[str, dict
                     out = {"value": "null"}
                 fdata[name] = out
             pair.append(fdata)
-        result.append((pair[0], pair[1]))
+        radd((pair[0], pair[1]))
     for (d, k), t in zip(slots, _floats_to_text(floats)):
         d[k] = t
     return result
@@ -271,8 +299,10 @@ def write_vis(path: str, g_n: Graph, g_b: Optional[Graph], *, mode: Optional[str
         _SHARED[key] = list(g.nodes.values())
         for lo, hi in _slices(len(_SHARED[key]), workers):
             tasks.append((key, lo, hi, md5_mode, f"{path}.{key}.{lo}"))
+    # one worker: format straight into the file; several: slices into side files, concatenated below
+    direct = workers <= 1 or len(tasks) <= len(graphs)
     try:
-        parts = _parallel(tasks, _write_slice, workers)
+        parts = [] if direct else _parallel(tasks, _write_slice, workers)
         by_key: Dict[str, List[str]] = {}
         for t, p in zip(tasks, parts):
             by_key.setdefault(t[0], []).append(p)
@@ -281,9 +311,14 @@ def write_vis(path: str, g_n: Graph, g_b: Optional[Graph], *, mode: Optional[str
 
             def graph(key: str, g: Graph, close: bool = True) -> None:
                 w(b'{"root": "' + ROOT_ID.encode() + b'", "dump_data_dir": ' + orjson.dumps(g.dump_data_dir) + b', "node": {')
-                for p in by_key.get(key, []):
-                    with open(p, "rb") as src:
-                        shutil.copyfileobj(src, f, 1 << 20)
+                if direct:
+                    nodes = _SHARED[key]
+                    for a in range(0, len(nodes), 2000):
+                        w(_node_bytes(nodes[a:a + 2000], md5_mode, a == 0))
+                else:
+                    for p in by_key.get(key, []):
+                        with open(p, "rb") as src:
+                            shutil.copyfileobj(src, f, 1 << 20)
                 w(b"}}" if close else b"}")
 
             if g_b is None:
