@@ -380,3 +380,47 @@ def test_layer_mapping_cross_framework(tmp_path):
     assert npu["DefaultModel"][3] == "DefaultModel"
     matched = sum(1 for v in npu.values() if v[3])
     assert matched == 1 + sum(1 for k in EXPECTED_WITH_YAML if k in npu)
+
+
+def _wide_dump(root, n=2600):
+    construct, data = {}, {}
+    for i in range(n // 2):
+        m = f"Module.l{i}.Linear.forward.0"
+        a = f"Functional.linear.{i}.forward"
+        construct[a] = m
+        construct[m] = None
+        data[a] = {"input_args": [T(1.0 + i)], "input_kwargs": {}, "output": [T(float("nan") if i == 7 else 2.0 + i)]}
+        data[m] = {"input_args": [T(1.0 + i)], "input_kwargs": {}, "output": [T(2.0 + i)],
+                   "parameters": {"weight": T(0.5, rg=False)}}
+    data["Module.l3.Linear.parameters_grad"] = {"weight": [T(0.25)]}
+    construct["Module.l3.Linear.backward.0"] = None
+    data["Module.l3.Linear.backward.0"] = {"input": [T(0.1)], "output": [T(0.2)]}
+    # the reference's on-disk layout (indent 1), which the split path cuts into entries
+    d = write_dump(root, construct, {}, {})
+    with open(os.path.join(d, "dump.json"), "w") as f:
+        json.dump({"task": "statistics", "level": "mix", "framework": "pytorch", "dump_data_dir": None, "data": data},
+                  f, indent=1)
+    return d
+
+
+@pytest.mark.parametrize("child_fails", [False, True])
+def test_split_build_writes_the_same_graph(tmp_path, monkeypatch, child_fails):
+    from msprobe.core.graph import build as gbuild
+
+    t = _wide_dump(str(tmp_path / "t"))
+    plain = run_graph(GraphConfig(target=t, output=str(tmp_path / "plain"), jobs=1))
+    monkeypatch.setattr(gbuild, "SPLIT_MIN_BYTES", 0)
+    if child_fails:
+        monkeypatch.setattr(gbuild, "_format_range", lambda *a: os._exit(1))
+    started = []
+    real_start = gbuild.SplitFormatter.start.__func__
+    monkeypatch.setattr(gbuild.SplitFormatter, "start",
+                        classmethod(lambda cls, p: started.append(1) or real_start(cls, p)))
+    split = run_graph(GraphConfig(target=t, output=str(tmp_path / "split")))
+    assert started, "the split path was not taken"
+    a = json.load(open(plain.outputs[0]))
+    b = json.load(open(split.outputs[0]))
+    assert a == b
+    assert b["node"]["Functional.linear.7.forward"]["output_data"]["Functional.linear.7.forward.output.0"]["Max"] == "nan"
+    assert "Module.l3.Linear.parameters_grad" in b["node"]["Module.l3.Linear.backward.0"]["subnodes"]
+    assert not glob.glob("/tmp/msprobe-split-*"), "temporary files left behind"

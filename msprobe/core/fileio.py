@@ -213,7 +213,11 @@ def load_dump_json(path: str, what: str = "dump.json", nonfinite_markers: bool =
     return obj
 
 
-def _chunked(raw: bytes, markers: bool, chunk: int):
+def dump_index(raw: bytes, markers: bool = False):
+    """(header fields, entry offsets) of an indented dump.json, or None when its layout is not the usual one.
+
+    ``offsets[i]`` is where entry i of ``data`` starts; the last element is where ``data`` ends.
+    """
     if not raw.startswith(b"{\n"):
         return None
     u = len(raw) - len(raw[2:].lstrip(b" ")) - 2
@@ -246,22 +250,47 @@ def _chunked(raw: bytes, markers: bool, chunk: int):
     while j >= 0:
         offsets.append(j)
         j = raw.find(marker, j + 1, close)
+    if not offsets and raw[start:close].strip():
+        return None
+    offsets.append(close)
+    return head, offsets
+
+
+def parse_entries(raw: bytes, offsets: list, a: int, b: int, markers: bool = False, chunk: int = 4000):
+    """Entries a..b-1 of an indexed dump.json as a dict (None if a piece does not parse as expected)."""
     data: dict = {}
-    if offsets:
-        offsets.append(close)
-        try:
-            for a in range(0, len(offsets) - 1, chunk):
-                b = min(a + chunk, len(offsets) - 1)
-                piece = raw[offsets[a]:offsets[b]].rstrip(b", \n")
-                part = _loads(b"{" + piece + b"}", markers)
-                if not isinstance(part, dict):
-                    return None
-                data.update(part)
-        except ValueError:
-            return None
-        if len(data) != len(offsets) - 1:
-            return None  # a key repeated or a split in the wrong place: let the full parser decide
-    elif raw[start:close].strip():
+    try:
+        for x in range(a, b, chunk):
+            y = min(x + chunk, b)
+            piece = raw[offsets[x]:offsets[y]].rstrip(b", \n")
+            part = _loads(b"{" + piece + b"}", markers)
+            if not isinstance(part, dict):
+                return None
+            data.update(part)
+    except ValueError:
+        return None
+    if len(data) != b - a:
+        return None  # a key repeated or a split in the wrong place: let the full parser decide
+    return data
+
+
+def entry_name(raw: bytes, offset: int) -> Optional[str]:
+    """The key of the entry starting at ``offset`` (None when it holds escapes)."""
+    q = raw.find(b'"', offset)
+    e = raw.find(b'"', q + 1)
+    name = raw[q + 1:e]
+    if b"\\" in name:
+        return None
+    return name.decode("utf-8", "replace")
+
+
+def _chunked(raw: bytes, markers: bool, chunk: int):
+    idx = dump_index(raw, markers)
+    if idx is None:
+        return None
+    head, offsets = idx
+    data = parse_entries(raw, offsets, 0, len(offsets) - 1, markers, chunk)
+    if data is None:
         return None
     head["data"] = data
     return head

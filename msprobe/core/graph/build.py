@@ -22,7 +22,9 @@ import zlib
 from typing import Dict, List, Optional, Tuple
 
 from msprobe.core.errors import MsprobeError
-from msprobe.core.fileio import NONFINITE_MARKERS, load_dump_json, load_json
+from msprobe.core.fileio import (
+    NONFINITE_MARKERS, check_path, dump_index, entry_name, load_dump_json, load_json, parse_entries,
+)
 from msprobe.core.graph.model import (
     COLLECTION_PREFIX, TYPE_API, TYPE_COLLECTION, TYPE_MODULE, Graph, Node, node_type_of,
 )
@@ -69,6 +71,11 @@ def _leaf_item(leaf: dict, name: str) -> dict:
     dt = get("dtype")
     if dt.__class__ is str:
         item["dtype"] = _intern(dt)
+    sh = get("shape")
+    if sh.__class__ is list:
+        # kept as the text the viewer shows ("[8, 64]"): equal texts <=> equal shapes, and items become
+        # hashable, so the writer formats identical records once
+        item["shape"] = _intern(str(sh))
     rg = get("requires_grad", _MISSING)
     if rg is True:
         item["requires_grad"] = "True"
@@ -341,7 +348,9 @@ def _fix_inplace_parent(construct: dict, sub: str, up: str):
 
 
 class _Builder:
-    def __init__(self, graph: Graph, data: dict, stacks: Dict[str, List[str]], micro: Dict[str, int], path: str):
+    def __init__(self, graph: Graph, data: dict, stacks: Dict[str, List[str]], micro: Dict[str, int], path: str,
+                 deferred: frozenset = frozenset()):
+        self.deferred = deferred
         self.g = graph
         self.data = data
         self.stacks = stacks
@@ -357,6 +366,8 @@ class _Builder:
         entry = self.data.get(node_id)
         if entry:
             n.input_data, n.output_data = split_items(entry, node_id, self.path)
+        elif node_id in self.deferred:
+            n.fmt = PENDING
         stack = self.stacks.get(node_id)
         if not stack:
             m = _BACKWARD_N.search(node_id)
@@ -369,11 +380,21 @@ class _Builder:
         return n
 
 
-def build_graph(dump_dir: str) -> Graph:
-    """Build the graph of one rank's dump dir."""
+def build_graph(dump_dir: str, split: bool = False) -> Graph:
+    """Build the graph of one rank's dump dir.
+
+    ``split``: for a big dump, a forked child parses and formats the second half of the dump.json entries
+    while this process builds the rest (see :class:`SplitFormatter`; only for a graph that is built, not
+    compared, and without the overflow check: those need every record here).
+    """
     construct_path, dump_path, stack_path = dump_files(dump_dir)
     construct, micro, micro_num = read_construct(construct_path)
-    dump = read_dump_json(dump_path)
+    splitter = SplitFormatter.start(dump_path) if split else None
+    if splitter is not None:
+        dump = splitter.dump
+        splitter.dump = None
+    else:
+        dump = read_dump_json(dump_path)
     stacks = read_stack(stack_path)
     data = dump.get("data") or {}
     g = Graph(dump.get("dump_data_dir"))
@@ -381,9 +402,10 @@ def build_graph(dump_dir: str) -> Graph:
     g.framework = str(dump.get("framework") or "pytorch")
     g.dump_dir = dump_dir
     g.data = data
-    g.data_keys = frozenset(data)
-    g.has_md5 = has_md5(data)  # before the items (which are the dump's own records) gain CRC md5 values
-    b = _Builder(g, data, stacks, micro, dump_path)
+    g.data_keys = frozenset(data) | (splitter.names if splitter is not None else frozenset())
+    g.has_md5 = has_md5(data)
+    g.split = splitter
+    b = _Builder(g, data, stacks, micro, dump_path, splitter.names if splitter is not None else frozenset())
     root = g.root
     for sub, up in construct.items():
         up = _fix_inplace_parent(construct, sub, up) if up else _fix_missing_parent(construct, sub, up)
@@ -575,3 +597,144 @@ def paginate(g: Graph, other: Optional[Graph] = None) -> int:
                     n.micro_step = 0
         _propagate(other)
     return (max(pages) + 1) if pages else 1
+
+
+# ---------------------------------------------------------------------------------------------- split formatting
+
+PENDING = ("pending",)
+SPLIT_MIN_BYTES = 16 << 20
+
+
+def _format_range(raw: bytes, offsets: list, a: int, b: int, out_path: str, dump_path: str) -> None:
+    """Child process: parse entries a..b-1, format their items as the writers do, save the JSON texts."""
+    import pickle
+
+    import orjson
+
+    from msprobe.core.graph.export import format_nodes
+
+    code = 1
+    try:
+        with open(out_path + ".tmp", "wb") as f:
+            for x in range(a, b, 2000):
+                part = parse_entries(raw, offsets, x, min(b, x + 2000), True)
+                if part is None:
+                    break
+                nodes = []
+                for name, entry in part.items():
+                    nd = Node(name, node_type_of(name))
+                    nd.input_data, nd.output_data = split_items(entry, name, dump_path)
+                    nodes.append(nd)
+                # one pickle per chunk: the child never holds more than a chunk of texts
+                pickle.dump([(nd.id, orjson.dumps(fin), orjson.dumps(fout))
+                             for nd, (fin, fout) in zip(nodes, format_nodes(nodes, False))], f,
+                            protocol=pickle.HIGHEST_PROTOCOL)
+            else:
+                code = 0
+        if code == 0:
+            os.replace(out_path + ".tmp", out_path)
+    except BaseException:  # noqa: BLE001 - the parent falls back to doing the work itself
+        code = 1
+    os._exit(code)
+
+
+class SplitFormatter:
+    """Formats the items of the second half of a big dump.json in a forked child process.
+
+    The child gets the file's bytes and the entry offsets, nothing else of the parent, so the two
+    processes share no Python objects (a child reading the parent's graph would copy every page it touches
+    and double the memory).  The parent parses only the first half (plus the few second-half entries it
+    needs whole), builds the graph, and takes the child's JSON texts for the other nodes when writing.
+    If the child fails, the parent parses and formats those entries itself.
+    """
+
+    def __init__(self, dump_path, dump, names, proc, out_path):
+        self.dump_path = dump_path
+        self.dump = dump
+        self.names = names
+        self.proc = proc
+        self.out_path = out_path
+
+    @classmethod
+    def start(cls, dump_path: str) -> Optional["SplitFormatter"]:
+        import multiprocessing as mp
+        import tempfile
+
+        if ("fork" not in mp.get_all_start_methods() or mp.current_process().name != "MainProcess"
+                or os.path.getsize(check_path(dump_path, "dump.json", "file")) < SPLIT_MIN_BYTES):
+            return None
+        with open(dump_path, "rb") as f:
+            raw = f.read()
+        idx = dump_index(raw, True)
+        if idx is None:
+            return None
+        head, offsets = idx
+        n = len(offsets) - 1
+        half = n // 2
+        if half < 1000:
+            return None
+        names = [entry_name(raw, offsets[i]) for i in range(half, n)]
+        if None in names:
+            return None
+        fd, out_path = tempfile.mkstemp(prefix="msprobe-split-", suffix=".pkl")
+        os.close(fd)
+        os.unlink(out_path)
+        proc = mp.get_context("fork").Process(target=_format_range, args=(raw, offsets, half, n, out_path, dump_path),
+                                              daemon=True)
+        proc.start()
+        data = parse_entries(raw, offsets, 0, half, True)
+        if data is None:
+            proc.kill()
+            proc.join()
+            return None
+        # second-half entries the parent needs whole: parameters_grad records hang under nodes built here
+        for i, name in zip(range(half, n), names):
+            if name.endswith(".parameters_grad"):
+                more = parse_entries(raw, offsets, i, i + 1, True)
+                if more:
+                    data.update(more)
+        head["data"] = data
+        if not head.get("task"):
+            proc.kill()
+            proc.join()
+            return None
+        return cls(dump_path, head, frozenset(names) - frozenset(data), proc, out_path)
+
+    def collect(self, g: Graph) -> None:
+        """Wait for the child and attach its texts to the pending nodes (or format them here)."""
+        import pickle
+
+        import orjson
+
+        self.proc.join()
+        texts = None
+        if self.proc.exitcode == 0 and os.path.exists(self.out_path):
+            texts = {}
+            try:
+                with open(self.out_path, "rb") as f:
+                    while True:
+                        try:
+                            chunk = pickle.load(f)
+                        except EOFError:
+                            break
+                        for name, fin, fout in chunk:
+                            texts[name] = (fin, fout)
+            finally:
+                os.unlink(self.out_path)
+        for leftover in (self.out_path + ".tmp",):
+            if os.path.exists(leftover):
+                os.unlink(leftover)
+        pending = [n for n in g.nodes.values() if n.fmt is PENDING]
+        if texts is not None and all(n.id in texts for n in pending):
+            frag = orjson.Fragment
+            for n in pending:
+                fin, fout = texts[n.id]
+                n.fmt = (frag(fin), frag(fout))
+            return
+        # fallback: do the child's share here
+        data = read_dump_json(self.dump_path).get("data") or {}
+        for n in pending:
+            n.fmt = None
+            entry = data.get(n.id)
+            if entry:
+                n.input_data, n.output_data = split_items(entry, n.id, self.dump_path)

@@ -332,7 +332,7 @@ def _min_thousandth(data: Dict[str, dict]):
     for it in data.values():
         if it.get("Max") is None:
             continue
-        if "One Thousandth Err Ratio" in it and it.get("shape"):
+        if "One Thousandth Err Ratio" in it and it.get("shape") not in (None, "", "[]"):
             try:
                 numbers.append(float(it["One Thousandth Err Ratio"]))
             except (TypeError, ValueError):

@@ -165,6 +165,9 @@ def format_nodes(nodes: List[Node], md5_mode: bool) -> List[Tuple[Dict[str, dict
     result = []
     radd = result.append
     for n in nodes:
+        if n.fmt is not None:  # formatted by the split child already
+            radd(n.fmt)
+            continue
         p2p = "batch_isend_irecv" in n.id
         pair = []
         for data in (n.input_data, n.output_data):

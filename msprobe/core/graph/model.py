@@ -42,7 +42,7 @@ class Node:
 
     __slots__ = (
         "id", "type", "up", "subnodes", "input_data", "output_data", "stack", "link", "data",
-        "micro_step", "distributed", "partner",
+        "micro_step", "distributed", "partner", "fmt",
     )
 
     def __init__(self, node_id: str, node_type: int):
@@ -58,6 +58,7 @@ class Node:
         self.micro_step: Optional[int] = None
         self.distributed: dict = {}
         self.partner: Optional[Node] = None  # the matched node of the other graph (compare only)
+        self.fmt = None  # (input_data, output_data) already formatted elsewhere (see build.SplitFormatter)
 
     def add_child(self, child: "Node") -> None:
         """First parent wins; a node is never its own parent."""
@@ -92,6 +93,7 @@ class Graph:
         self.framework = ""
         self.dump_dir = ""
         self.data: dict = {}  # dump.json "data" (dropped once the overflow check / layer mapping used it)
+        self.split = None  # build.SplitFormatter while a child process formats part of the items
         self.data_keys: frozenset = frozenset()  # its entry names
         self.has_md5 = False
 

@@ -150,7 +150,9 @@ def run_unit(cfg: GraphConfig, unit: Unit, workdir: str, ts: str) -> UnitResult:
     # the dump data (beyond the items, which live on in the nodes) is only needed for the overflow check
     # and the layer mapping: take what they need, then drop it before the next graph is built
     keep = cfg.layer_mapping is not None
-    g_n = gbuild.build_graph(unit.target)
+    # a big single graph that is only built: a child process formats half of its records meanwhile
+    split = unit.golden is None and not cfg.overflow_check and cfg.jobs != 1 and mp.current_process().name == "MainProcess"
+    g_n = gbuild.build_graph(unit.target, split=split)
     levels_n = overflow_levels(g_n.data) if cfg.overflow_check else None
     if not keep:
         g_n.data = {}
@@ -171,6 +173,9 @@ def run_unit(cfg: GraphConfig, unit: Unit, workdir: str, ts: str) -> UnitResult:
         g_n.data = g_b.data = {}
         matched = gcompare.compare_graphs(g_n, g_b, mode, fuzzy=cfg.fuzzy, mapping=mapping,
                                           jobs=1 if mp.current_process().name != "MainProcess" else cfg.jobs)
+    if g_n.split is not None:
+        g_n.split.collect(g_n)
+        g_n.split = None
     micro = gbuild.paginate(g_n, g_b)
     if cfg.overflow_check:
         apply_overflow(g_n, levels_n)
@@ -280,10 +285,15 @@ def run_graph(cfg: GraphConfig, progress: Optional[Callable[[int, int], None]] =
     # A graph is millions of small dicts that all live until the end: the cyclic GC would walk them again
     # and again while they are created (a third of the build time) and could free nothing.
     was_enabled = gc.isenabled()
+    gc.unfreeze()  # the previous run's graphs (tests, API use) become collectable again
+    _RETAINED.clear()
     gc.disable()
     try:
         return _run_graph(cfg, progress)
     finally:
+        # Everything allocated meanwhile sits in the youngest generation: the first collection after
+        # re-enabling would walk all of it.  Park it in the permanent generation instead.
+        gc.freeze()
         if was_enabled:
             gc.enable()
 
@@ -293,7 +303,6 @@ _RETAINED: list = []
 
 def _run_graph(cfg: GraphConfig, progress: Optional[Callable[[int, int], None]] = None) -> GraphResult:
     t0 = time.perf_counter()
-    _RETAINED.clear()
     _, units = plan(cfg.target, cfg.golden)
     if cfg.layer_mapping:
         from msprobe.core.compare.layer_mapping import load_layer_mapping_yaml
