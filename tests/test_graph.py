@@ -415,7 +415,7 @@ def test_split_build_writes_the_same_graph(tmp_path, monkeypatch, child_fails):
     started = []
     real_start = gbuild.SplitFormatter.start.__func__
     monkeypatch.setattr(gbuild.SplitFormatter, "start",
-                        classmethod(lambda cls, p: started.append(1) or real_start(cls, p)))
+                        classmethod(lambda cls, p, mode="half": started.append(1) or real_start(cls, p, mode)))
     split = run_graph(GraphConfig(target=t, output=str(tmp_path / "split")))
     assert started, "the split path was not taken"
     a = json.load(open(plain.outputs[0]))
@@ -423,4 +423,33 @@ def test_split_build_writes_the_same_graph(tmp_path, monkeypatch, child_fails):
     assert a == b
     assert b["node"]["Functional.linear.7.forward"]["output_data"]["Functional.linear.7.forward.output.0"]["Max"] == "nan"
     assert "Module.l3.Linear.parameters_grad" in b["node"]["Module.l3.Linear.backward.0"]["subnodes"]
+    assert not glob.glob("/tmp/msprobe-split-*"), "temporary files left behind"
+
+
+@pytest.mark.parametrize("md5", [False, True])
+def test_split_compare_writes_the_same_graph(tmp_path, monkeypatch, md5):
+    """The golden side of a compare is formatted by a child process; md5 compares cancel it."""
+    from msprobe.core.graph import build as gbuild
+
+    t = _wide_dump(str(tmp_path / "t"))
+    g = _wide_dump(str(tmp_path / "g"))
+    if md5:
+        for d in (t, g):
+            p = os.path.join(d, "dump.json")
+            obj = json.load(open(p))
+            for e in obj["data"].values():
+                for sec in e.values():
+                    for it in (sec if isinstance(sec, list) else [sec]):
+                        if isinstance(it, dict) and it.get("type") == "torch.Tensor":
+                            it["md5"] = "abcd0123" if d == t else "abcd0124"
+            json.dump(obj, open(p, "w"), indent=1)
+    plain = run_graph(GraphConfig(target=t, golden=g, output=str(tmp_path / "plain"), jobs=1, db=True))
+    monkeypatch.setattr(gbuild, "SPLIT_MIN_BYTES", 0)
+    split = run_graph(GraphConfig(target=t, golden=g, output=str(tmp_path / "split"), db=True))
+    con_a, con_b = sqlite3.connect(plain.outputs[0]), sqlite3.connect(split.outputs[0])
+    q = "SELECT id, input_data, output_data, precision_index, matched_node_link FROM tb_nodes ORDER BY id"
+    rows_a, rows_b = con_a.execute(q).fetchall(), con_b.execute(q).fetchall()
+    assert len(rows_a) > 2600 and rows_a == rows_b
+    bench = dict((r[0], r) for r in rows_b)["Bench_0_0_Functional.linear.5.forward"]
+    assert ("abcd0124" in bench[2]) == md5
     assert not glob.glob("/tmp/msprobe-split-*"), "temporary files left behind"

@@ -366,7 +366,7 @@ class _Builder:
         entry = self.data.get(node_id)
         if entry:
             n.input_data, n.output_data = split_items(entry, node_id, self.path)
-        elif node_id in self.deferred:
+        if node_id in self.deferred:
             n.fmt = PENDING
         stack = self.stacks.get(node_id)
         if not stack:
@@ -380,16 +380,25 @@ class _Builder:
         return n
 
 
-def build_graph(dump_dir: str, split: bool = False) -> Graph:
+def build_graph(dump_dir: str, split: Optional[str] = None) -> Graph:
     """Build the graph of one rank's dump dir.
 
-    ``split``: for a big dump, a forked child parses and formats the second half of the dump.json entries
-    while this process builds the rest (see :class:`SplitFormatter`; only for a graph that is built, not
-    compared, and without the overflow check: those need every record here).
+    ``split``: for a big dump, a forked child formats the records ("half": the second half, for a graph that
+    is only built; "all": every record, for the golden side of a compare) while this process builds the
+    graph (see :class:`SplitFormatter`).
     """
     construct_path, dump_path, stack_path = dump_files(dump_dir)
     construct, micro, micro_num = read_construct(construct_path)
-    splitter = SplitFormatter.start(dump_path) if split else None
+    splitter = SplitFormatter.start(dump_path, split) if split else None
+    try:
+        return _build(dump_dir, construct, micro, micro_num, dump_path, stack_path, splitter)
+    except BaseException:
+        if splitter is not None:
+            splitter.cancel()
+        raise
+
+
+def _build(dump_dir, construct, micro, micro_num, dump_path, stack_path, splitter) -> Graph:
     if splitter is not None:
         dump = splitter.dump
         splitter.dump = None
@@ -402,7 +411,7 @@ def build_graph(dump_dir: str, split: bool = False) -> Graph:
     g.framework = str(dump.get("framework") or "pytorch")
     g.dump_dir = dump_dir
     g.data = data
-    g.data_keys = frozenset(data) | (splitter.names if splitter is not None else frozenset())
+    g.data_keys = frozenset(data) | (splitter.names if splitter is not None and splitter.mode == "half" else frozenset())
     g.has_md5 = has_md5(data)
     g.split = splitter
     b = _Builder(g, data, stacks, micro, dump_path, splitter.names if splitter is not None else frozenset())
@@ -605,8 +614,27 @@ PENDING = ("pending",)
 SPLIT_MIN_BYTES = 16 << 20
 
 
+class FmtRef:
+    """A node's formatted (input_data, output_data) JSON texts in the split child's output file."""
+
+    __slots__ = ("fd", "off", "lin", "lout")
+
+    def __init__(self, fd: int, off: int, lin: int, lout: int):
+        self.fd, self.off, self.lin, self.lout = fd, off, lin, lout
+
+    def load(self):
+        import orjson
+
+        b = os.pread(self.fd, self.lin + self.lout, self.off)  # no shared file offset: safe in forked writers
+        return orjson.Fragment(b[:self.lin]), orjson.Fragment(b[self.lin:])
+
+
 def _format_range(raw: bytes, offsets: list, a: int, b: int, out_path: str, dump_path: str) -> None:
-    """Child process: parse entries a..b-1, format their items as the writers do, save the JSON texts."""
+    """Child process: parse entries a..b-1, format their items as the writers do, save the JSON texts.
+
+    Writes the texts one after the other to ``out_path`` and, last, the index (name, offset, lengths) to
+    ``out_path.idx``; holds no more than one chunk of texts at a time.
+    """
     import pickle
 
     import orjson
@@ -615,7 +643,9 @@ def _format_range(raw: bytes, offsets: list, a: int, b: int, out_path: str, dump
 
     code = 1
     try:
-        with open(out_path + ".tmp", "wb") as f:
+        index = []
+        pos = 0
+        with open(out_path, "wb") as f:
             for x in range(a, b, 2000):
                 part = parse_entries(raw, offsets, x, min(b, x + 2000), True)
                 if part is None:
@@ -625,38 +655,49 @@ def _format_range(raw: bytes, offsets: list, a: int, b: int, out_path: str, dump
                     nd = Node(name, node_type_of(name))
                     nd.input_data, nd.output_data = split_items(entry, name, dump_path)
                     nodes.append(nd)
-                # one pickle per chunk: the child never holds more than a chunk of texts
-                pickle.dump([(nd.id, orjson.dumps(fin), orjson.dumps(fout))
-                             for nd, (fin, fout) in zip(nodes, format_nodes(nodes, False))], f,
-                            protocol=pickle.HIGHEST_PROTOCOL)
+                for nd, (fin, fout) in zip(nodes, format_nodes(nodes, False)):
+                    bi, bo = orjson.dumps(fin), orjson.dumps(fout)
+                    f.write(bi)
+                    f.write(bo)
+                    index.append((nd.id, pos, len(bi), len(bo)))
+                    pos += len(bi) + len(bo)
             else:
                 code = 0
         if code == 0:
-            os.replace(out_path + ".tmp", out_path)
+            with open(out_path + ".idx.tmp", "wb") as f:
+                pickle.dump(index, f, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(out_path + ".idx.tmp", out_path + ".idx")
     except BaseException:  # noqa: BLE001 - the parent falls back to doing the work itself
         code = 1
     os._exit(code)
 
 
 class SplitFormatter:
-    """Formats the items of the second half of a big dump.json in a forked child process.
+    """Formats dump.json records in a forked child process while this process builds the graph.
 
     The child gets the file's bytes and the entry offsets, nothing else of the parent, so the two
     processes share no Python objects (a child reading the parent's graph would copy every page it touches
-    and double the memory).  The parent parses only the first half (plus the few second-half entries it
-    needs whole), builds the graph, and takes the child's JSON texts for the other nodes when writing.
-    If the child fails, the parent parses and formats those entries itself.
+    and nearly double the memory).  Its texts go to a temporary file that the writers read node by node.
+
+    * ``half`` (a graph that is only built): the child takes the second half of the records; this process
+      parses only the first half (plus the few second-half records it needs whole) and formats those.
+    * ``all`` (the golden side of a compare, whose items get no compare fields): the child formats every
+      record; this process still parses them all for the metrics.
+
+    If the child fails, this process formats those records itself.
     """
 
-    def __init__(self, dump_path, dump, names, proc, out_path):
+    def __init__(self, dump_path, dump, names, proc, out_path, mode):
         self.dump_path = dump_path
         self.dump = dump
         self.names = names
         self.proc = proc
         self.out_path = out_path
+        self.mode = mode
+        self.fd = None
 
     @classmethod
-    def start(cls, dump_path: str) -> Optional["SplitFormatter"]:
+    def start(cls, dump_path: str, mode: str = "half") -> Optional["SplitFormatter"]:
         import multiprocessing as mp
         import tempfile
 
@@ -670,71 +711,78 @@ class SplitFormatter:
             return None
         head, offsets = idx
         n = len(offsets) - 1
-        half = n // 2
-        if half < 1000:
+        first = n // 2 if mode == "half" else 0
+        if n - first < 1000:
             return None
-        names = [entry_name(raw, offsets[i]) for i in range(half, n)]
+        names = [entry_name(raw, offsets[i]) for i in range(first, n)]
         if None in names:
             return None
-        fd, out_path = tempfile.mkstemp(prefix="msprobe-split-", suffix=".pkl")
+        fd, out_path = tempfile.mkstemp(prefix="msprobe-split-", suffix=".bin")
         os.close(fd)
-        os.unlink(out_path)
-        proc = mp.get_context("fork").Process(target=_format_range, args=(raw, offsets, half, n, out_path, dump_path),
+        proc = mp.get_context("fork").Process(target=_format_range, args=(raw, offsets, first, n, out_path, dump_path),
                                               daemon=True)
         proc.start()
-        data = parse_entries(raw, offsets, 0, half, True)
-        if data is None:
-            proc.kill()
-            proc.join()
+        self = cls(dump_path, None, frozenset(names), proc, out_path, mode)
+        data = parse_entries(raw, offsets, 0, first if mode == "half" else n, True)
+        if data is None or not head.get("task"):
+            self.cancel()
             return None
-        # second-half entries the parent needs whole: parameters_grad records hang under nodes built here
-        for i, name in zip(range(half, n), names):
-            if name.endswith(".parameters_grad"):
-                more = parse_entries(raw, offsets, i, i + 1, True)
-                if more:
-                    data.update(more)
+        if mode == "half":
+            # second-half entries the parent needs whole: parameters_grad records hang under nodes built here
+            for i, name in zip(range(first, n), names):
+                if name.endswith(".parameters_grad"):
+                    more = parse_entries(raw, offsets, i, i + 1, True)
+                    if more:
+                        data.update(more)
+            self.names = self.names - frozenset(data)
         head["data"] = data
-        if not head.get("task"):
-            proc.kill()
-            proc.join()
-            return None
-        return cls(dump_path, head, frozenset(names) - frozenset(data), proc, out_path)
+        self.dump = head
+        return self
+
+    def cancel(self, g: Optional[Graph] = None) -> None:
+        """Stop the child and forget its work (the writers format everything here)."""
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join()
+        if g is not None:
+            for n in g.nodes.values():
+                if n.fmt is PENDING:
+                    n.fmt = None
+        self.close()
 
     def collect(self, g: Graph) -> None:
-        """Wait for the child and attach its texts to the pending nodes (or format them here)."""
+        """Wait for the child and point the pending nodes at its texts (or format them here)."""
         import pickle
 
-        import orjson
-
         self.proc.join()
-        texts = None
-        if self.proc.exitcode == 0 and os.path.exists(self.out_path):
-            texts = {}
-            try:
-                with open(self.out_path, "rb") as f:
-                    while True:
-                        try:
-                            chunk = pickle.load(f)
-                        except EOFError:
-                            break
-                        for name, fin, fout in chunk:
-                            texts[name] = (fin, fout)
-            finally:
-                os.unlink(self.out_path)
-        for leftover in (self.out_path + ".tmp",):
-            if os.path.exists(leftover):
-                os.unlink(leftover)
+        index = None
+        if self.proc.exitcode == 0 and os.path.exists(self.out_path + ".idx"):
+            with open(self.out_path + ".idx", "rb") as f:
+                index = {name: (off, lin, lout) for name, off, lin, lout in pickle.load(f)}
         pending = [n for n in g.nodes.values() if n.fmt is PENDING]
-        if texts is not None and all(n.id in texts for n in pending):
-            frag = orjson.Fragment
+        if index is not None and all(n.id in index for n in pending):
+            self.fd = os.open(self.out_path, os.O_RDONLY)
             for n in pending:
-                fin, fout = texts[n.id]
-                n.fmt = (frag(fin), frag(fout))
+                n.fmt = FmtRef(self.fd, *index[n.id])
             return
         # fallback: do the child's share here
-        data = read_dump_json(self.dump_path).get("data") or {}
+        self.close()
+        if self.mode == "half":
+            data = read_dump_json(self.dump_path).get("data") or {}
+            for n in pending:
+                entry = data.get(n.id)
+                if entry:
+                    n.input_data, n.output_data = split_items(entry, n.id, self.dump_path)
         for n in pending:
             n.fmt = None
-            entry = data.get(n.id)
-            if entry:
-                n.input_data, n.output_data = split_items(entry, n.id, self.dump_path)
+
+    def close(self) -> None:
+        """Remove the child's files (call when the graph has been written)."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        for p in (self.out_path, self.out_path + ".idx", self.out_path + ".idx.tmp"):
+            try:
+                os.unlink(p)
+            except OSError:
+                pass

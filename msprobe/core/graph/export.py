@@ -165,8 +165,9 @@ def format_nodes(nodes: List[Node], md5_mode: bool) -> List[Tuple[Dict[str, dict
     result = []
     radd = result.append
     for n in nodes:
-        if n.fmt is not None:  # formatted by the split child already
-            radd(n.fmt)
+        f = n.fmt
+        if f is not None:  # formatted by the split child already
+            radd(f.load() if f.__class__ is not tuple else f)
             continue
         p2p = "batch_isend_irecv" in n.id
         pair = []
@@ -483,6 +484,11 @@ class DbWriter:
     def close(self, *, compare: bool, mode: Optional[str], micro_steps: int, overflow_check: bool,
               ranks: List[int], steps: List[int]) -> None:
         cur = self.con.cursor()
+        # index builds sort the whole table: give them memory instead of temporary files.  No syncing: the
+        # file is under a temporary name until it is complete.
+        cur.execute("PRAGMA synchronous=OFF")
+        cur.execute("PRAGMA temp_store=MEMORY")
+        cur.execute("PRAGMA cache_size=-65536")
         for name, cols in INDEXES.items():
             cur.execute(f"CREATE INDEX {name} ON tb_nodes ({', '.join(cols)})")
         cur.execute(

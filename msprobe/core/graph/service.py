@@ -145,18 +145,36 @@ def _dist_summary(g: Graph, overflow: bool) -> list:
 
 def run_unit(cfg: GraphConfig, unit: Unit, workdir: str, ts: str) -> UnitResult:
     """Build (and compare) one step/rank and write its finished output part into ``workdir``."""
+    graphs: List[Graph] = []
+    try:
+        return _run_unit(cfg, unit, workdir, graphs)
+    except BaseException:
+        for g in graphs:  # stop split children and remove their files
+            if g.split is not None:
+                g.split.cancel()
+                g.split = None
+        raise
+
+
+def _run_unit(cfg: GraphConfig, unit: Unit, workdir: str, graphs: List[Graph]) -> UnitResult:
     from msprobe.core.graph.overflow import apply_overflow, overflow_levels
 
     # the dump data (beyond the items, which live on in the nodes) is only needed for the overflow check
     # and the layer mapping: take what they need, then drop it before the next graph is built
     keep = cfg.layer_mapping is not None
     # a big single graph that is only built: a child process formats half of its records meanwhile
-    split = unit.golden is None and not cfg.overflow_check and cfg.jobs != 1 and mp.current_process().name == "MainProcess"
-    g_n = gbuild.build_graph(unit.target, split=split)
+    # Big graphs in the main process: a child formats records from the file meanwhile (golden side of a
+    # compare: all of them, since they get no compare fields; a graph only built: half of them)
+    can_split = cfg.jobs != 1 and mp.current_process().name == "MainProcess"
+    split_n = "half" if can_split and unit.golden is None and not cfg.overflow_check else None
+    g_n = gbuild.build_graph(unit.target, split=split_n)
+    graphs.append(g_n)
     levels_n = overflow_levels(g_n.data) if cfg.overflow_check else None
     if not keep:
         g_n.data = {}
-    g_b = gbuild.build_graph(unit.golden) if unit.golden is not None else None
+    g_b = gbuild.build_graph(unit.golden, split="all" if can_split else None) if unit.golden is not None else None
+    if g_b is not None:
+        graphs.append(g_b)
     levels_b = overflow_levels(g_b.data) if cfg.overflow_check and g_b is not None else None
     if g_b is not None and not keep:
         g_b.data = {}
@@ -173,9 +191,13 @@ def run_unit(cfg: GraphConfig, unit: Unit, workdir: str, ts: str) -> UnitResult:
         g_n.data = g_b.data = {}
         matched = gcompare.compare_graphs(g_n, g_b, mode, fuzzy=cfg.fuzzy, mapping=mapping,
                                           jobs=1 if mp.current_process().name != "MainProcess" else cfg.jobs)
-    if g_n.split is not None:
-        g_n.split.collect(g_n)
-        g_n.split = None
+    for g in (g_n, g_b):
+        if g is not None and g.split is not None:
+            if mode == gcompare.MODE_MD5:
+                g.split.cancel(g)  # md5 compares show the checksums the child left out
+                g.split = None
+            else:
+                g.split.collect(g)
     micro = gbuild.paginate(g_n, g_b)
     if cfg.overflow_check:
         apply_overflow(g_n, levels_n)
@@ -208,6 +230,10 @@ def run_unit(cfg: GraphConfig, unit: Unit, workdir: str, ts: str) -> UnitResult:
         fd, part = tempfile.mkstemp(prefix="part-", suffix=".vis", dir=workdir)
         os.close(fd)
         export.write_vis(part, g_n, g_b, mode=mode, micro_steps=micro, overflow_check=cfg.overflow_check, workers=writers)
+    for g in (g_n, g_b):
+        if g is not None and g.split is not None:
+            g.split.close()
+            g.split = None
     nodes = len(g_n)
     # freeing millions of objects takes seconds and gains nothing at the end of a command: keep them until
     # the next run (the console entry point exits without tearing the heap down)
@@ -365,7 +391,7 @@ def _finish_db(cfg, results: List[UnitResult], patches, out_dir: str, kind: str,
     def write(tmp: str) -> None:
         os.unlink(tmp)
         first = results[0].part
-        shutil.copyfile(first, tmp)
+        os.replace(first, tmp)  # both live in the output directory: a rename, not a copy
         con = sqlite3.connect(tmp)
         try:
             for r in results[1:]:
