@@ -453,3 +453,20 @@ def test_split_compare_writes_the_same_graph(tmp_path, monkeypatch, md5):
     bench = dict((r[0], r) for r in rows_b)["Bench_0_0_Functional.linear.5.forward"]
     assert ("abcd0124" in bench[2]) == md5
     assert not glob.glob("/tmp/msprobe-split-*"), "temporary files left behind"
+
+
+def test_non_numeric_statistics_give_na(tmp_path):
+    """Text statistics (src/dst arguments, bools) are not numbers: N/A, as in the reference."""
+    c = {"Distributed.send.0.forward": None, "Torch.eq.0.forward": None}
+    def d(dst):
+        return {"Distributed.send.0.forward": {"input_args": [T(1.0)], "input_kwargs": {"dst": {"type": "int", "value": dst}},
+                                               "output": []},
+                "Torch.eq.0.forward": {"input_args": [T(1.0), T(1.0)], "input_kwargs": {},
+                                       "output": [T(True, mn=False, mean=True, norm=True, dtype="torch.bool")]}}
+    t = write_dump(str(tmp_path / "t"), c, d(1), {})
+    g = write_dump(str(tmp_path / "g"), c, d(2), {})
+    obj = json.load(open(run_graph(GraphConfig(target=t, golden=g, output=str(tmp_path / "o"))).outputs[0]))
+    dst = obj["NPU"]["node"]["Distributed.send.0.forward"]["input_data"]["Distributed.send.0.forward.input.dst"]
+    assert dst["Max"] == "1" and dst["Max diff"] == "N/A" and dst["MaxRelativeErr"] == "N/A"
+    out = obj["NPU"]["node"]["Torch.eq.0.forward"]["output_data"]["Torch.eq.0.forward.output.0"]
+    assert out["Max"] == "True" and out["Max diff"] == "N/A"

@@ -235,6 +235,29 @@ def _rel_text(r: float) -> str:
     return Text(t + "%")
 
 
+def _rel_texts(values: List[float]) -> List[str]:
+    """:func:`_rel_text` over many values (the reference's ``str(x) + '%'``, then at most 6 decimals)."""
+    reprs = list(map(repr, values))
+    six = list(map("%.6f".__mod__, values))
+    return list(map(Text, [(r if ("e" in r or "n" in r or len(r) - r.find(".") <= 7) else x) + "%"
+                           for r, x in zip(reprs, six)]))
+
+
+_EMPTY: dict = {}
+_PLAIN = {float, int, type(None)}
+
+
+def _column(values: list) -> Tuple[np.ndarray, np.ndarray]:
+    """(float64 values, is-a-number mask) of one statistic over many items."""
+    if set(map(type, values)) <= _PLAIN:  # numbers and None only (numpy would also parse numeric text)
+        arr = np.array(values, dtype=np.float64)  # None -> NaN
+        ok = np.array([v is not None for v in values], dtype=bool)
+        return arr, ok
+    ok = np.fromiter((_is_num(v) for v in values), dtype=bool, count=len(values))
+    arr = np.array([v if _is_num(v) else np.nan for v in values], dtype=np.float64)
+    return arr, ok
+
+
 def _summary_fields(item_pairs: List[Tuple[dict, Optional[dict]]], worst_rel: Dict[int, float]) -> None:
     """Vectorised statistic diffs; writes the 8 summary keys and Requires_grad Consistent into NPU items.
 
@@ -244,36 +267,32 @@ def _summary_fields(item_pairs: List[Tuple[dict, Optional[dict]]], worst_rel: Di
     k = len(item_pairs)
     if not k:
         return
-    nan = float("nan")
-    has_b = [p[1] is not None for p in item_pairs]
+    n_items = [p[0] for p in item_pairs]
+    b_items = [p[1] if p[1] is not None else _EMPTY for p in item_pairs]
+    has_b = np.array([p[1] is not None for p in item_pairs], dtype=bool)
     diffs = []
     rels = []
     worst = np.zeros(k)
     for key in _STATS:
-        nv = [p[0].get(key) for p in item_pairs]
-        bv = [p[1].get(key) if p[1] is not None else None for p in item_pairs]
-        ok = np.fromiter((_is_num(x) and _is_num(y) for x, y in zip(nv, bv)), dtype=bool, count=k)
-        na = np.array([x if _is_num(x) else nan for x in nv], dtype=np.float64)
-        ba = np.array([y if _is_num(y) else nan for y in bv], dtype=np.float64)
+        na, n_ok = _column([it.get(key) for it in n_items])
+        ba, b_ok = _column([it.get(key) for it in b_items])
+        ok = n_ok & b_ok
         with np.errstate(all="ignore"):
             diff = na - ba
             rel = np.abs((diff / ba) * 100)
-            has_rel = ok & ~np.isnan(diff) & (ba != 0)
+            diff_nan = ok & np.isnan(diff)
+            has_rel = ok & ~diff_nan & (ba != 0)
             worst = np.where(has_rel & (rel / 100 > worst), rel / 100, worst)
-        dl, rl = diff.tolist(), rel.tolist()
-        okl, hrl = ok.tolist(), has_rel.tolist()
-        dcol: list = [None] * k
-        rcol: list = [None] * k
-        for i in range(k):
-            if not has_b[i]:
-                continue
-            if not okl[i]:
-                dcol[i] = rcol[i] = _NA
-            elif dl[i] != dl[i]:
-                dcol[i] = rcol[i] = _NAN
-            else:
-                dcol[i] = dl[i]
-                rcol[i] = _rel_text(rl[i]) if hrl[i] else _NA
+        dcol = diff.tolist()
+        rcol: list = [_NA] * k
+        for i, t in zip(np.flatnonzero(has_rel).tolist(), _rel_texts(rel[has_rel].tolist())):
+            rcol[i] = t
+        for i in np.flatnonzero(~ok).tolist():
+            dcol[i] = _NA
+        for i in np.flatnonzero(diff_nan).tolist():
+            dcol[i] = rcol[i] = _NAN
+        for i in np.flatnonzero(~has_b).tolist():
+            dcol[i] = rcol[i] = None
         diffs.append(dcol)
         rels.append(rcol)
     wl = worst.tolist()
