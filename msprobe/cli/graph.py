@@ -42,8 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     v.add_argument("-cs", "--complete_stack", action="store_true", help="keep complete stacks (default: the one caller line)")
     x = p.add_argument_group("execution")
     x.add_argument("-j", "--jobs", type=int, default=0,
-                   help="parallel workers for steps/ranks (default: one per core); for a single graph, N > 1 also "
-                        "splits its writing over N processes (faster, but almost twice the memory)")
+                   help="parallel workers for steps/ranks (default: one per core); -j 1: no helper processes at all; "
+                        "for a single graph, N > 1 also splits its writing over N processes (faster, but almost "
+                        "twice the memory)")
     x.add_argument("-q", "--quiet", action="store_true", help="no progress output")
 
 

@@ -378,22 +378,36 @@ def _dumps(v) -> str:
     return orjson.dumps(v, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
+_TYPE_TEXT = {0: "0", 1: "1", 8: "8", 9: "9"}
+
+
+def _json_text(v) -> str:
+    """JSON text of a formatted item dict, or of a child's pre-serialised fragment."""
+    c = v.__class__
+    if c is dict:
+        return orjson.dumps(v).decode() if v else "{}"
+    return orjson.dumps(v).decode()
+
+
 def _db_rows(lo: int, hi: int) -> List[tuple]:
     order, sids, graph_id, source, dump_data_dir, step, rank, md5_mode = _SHARED["db"]
     rows = []
+    add = rows.append
+    dumps = orjson.dumps
     formatted = format_nodes(order[lo:hi], md5_mode)
+    prefix = graph_id + "_"
     for i in range(lo, hi):
         n = order[i]
         fin, fout = formatted[i - lo]
-        rows.append((
-            f"{graph_id}_{n.id}", graph_id, i, n.id, str(n.type),
+        add((
+            prefix + n.id, graph_id, i, n.id, _TYPE_TEXT.get(n.type) or str(n.type),
             n.up.id if n.up is not None else "",
-            _dumps([c.id for c in n.subnodes]) if n.subnodes else "",
+            dumps([c.id for c in n.subnodes]).decode() if n.subnodes else "",
             n.data.get("precision_index"), n.data.get("overflow_level"),
             n.micro_step if n.micro_step is not None else 0,
-            _dumps(n.link), sids[i], "", _dumps(n.distributed), 0,
-            _dumps(fin),
-            _dumps(fout),
+            dumps(n.link).decode() if n.link else "[]", sids[i], "",
+            _dumps(n.distributed) if n.distributed else "{}", 0,
+            _json_text(fin), _json_text(fout),
             source, dump_data_dir, step, rank,
         ))
     return rows
