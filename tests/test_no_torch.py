@@ -30,3 +30,20 @@ def test_compare_with_broken_torch(tmp_path):
     # the fake really is what `import torch` finds in that environment
     probe = subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True, text=True)
     assert probe.returncode != 0 and "torch_npu" in probe.stderr
+
+
+def test_graph_with_broken_torch(tmp_path):
+    """msprobe graph (tensor mode reads .pt files) works when `import torch` raises."""
+    fx = fixtures_or_skip()
+    fake = tmp_path / "fake"
+    (fake / "torch").mkdir(parents=True)
+    (fake / "torch" / "__init__.py").write_text('raise RuntimeError("Failed to load the backend extension: torch_npu.")\n')
+    case = fx / "mlp_bf16_tensor_mix"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(fake), str(ROOT)]))
+    out = tmp_path / "out"
+    res = subprocess.run([sys.executable, "-m", "msprobe", "graph", "-tp", str(case / "target" / "step0" / "rank"),
+                          "-gp", str(case / "golden" / "step0" / "rank"), "-o", str(out), "-q"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "matched pairs (all)" in res.stdout
+    assert len(list(out.glob("compare_*.vis"))) == 1
