@@ -7,7 +7,6 @@ import glob
 import json
 import os
 import sqlite3
-import sys
 
 import pytest
 

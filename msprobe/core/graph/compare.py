@@ -24,7 +24,6 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections import deque
 from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np

@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import sqlite3
-from itertools import repeat
 from typing import Dict, List, Optional, Tuple
 
 import orjson
@@ -446,6 +445,14 @@ class DbWriter:
                             ("tb_config", CONFIG_COLUMNS)):
             body = ",\n".join(f"    {c} {t}" for c, t in cols)
             cur.execute(f"CREATE TABLE {table} (\n{body}\n)")
+
+    @classmethod
+    def reopen(cls, path: str) -> "DbWriter":
+        """A writer on an existing database (to finish it with :meth:`close`)."""
+        w = cls.__new__(cls)
+        w.path = path
+        w.con = sqlite3.connect(path)
+        return w
 
     def add_graph(self, g: Graph, source: str, step: int, rank: int, md5_mode: bool, workers: int = 1) -> None:
         """Insert one graph: post-order ``node_order``, stacks deduplicated per graph.
