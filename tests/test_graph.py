@@ -469,3 +469,14 @@ def test_non_numeric_statistics_give_na(tmp_path):
     assert dst["Max"] == "1" and dst["Max diff"] == "N/A" and dst["MaxRelativeErr"] == "N/A"
     out = obj["NPU"]["node"]["Torch.eq.0.forward"]["output_data"]["Torch.eq.0.forward.output.0"]
     assert out["Max"] == "True" and out["Max diff"] == "N/A"
+
+
+def test_warns_when_the_viewer_would_hide_files(tmp_path, capsys):
+    c, d, s = small_model()
+    t = write_dump(str(tmp_path / "t"), c, d, s)
+    out = str(tmp_path / "o")
+    assert main(["graph", "-tp", t, "-o", out, "-q"]) == 0
+    assert "WARNING" not in capsys.readouterr().err
+    assert main(["graph", "-tp", t, "-o", out, "-q", "--db"]) == 0
+    err = capsys.readouterr().err
+    assert "only one .vis.db per directory" in err and "1 .vis.db and 1 .vis" in err

@@ -356,7 +356,22 @@ def _run_graph(cfg: GraphConfig, progress: Optional[Callable[[int, int], None]] 
                 outputs.append(place_file(r.part, final))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    _warn_hidden(out_dir, outputs)
     return GraphResult(outputs, results, time.perf_counter() - t0)
+
+
+def _warn_hidden(out_dir: str, outputs: List[str]) -> None:
+    """tb-graph-ascend lists one .vis.db per directory, and a .vis.db hides the .vis files beside it."""
+    try:
+        names = os.listdir(out_dir)
+    except OSError:
+        return
+    dbs = sorted(n for n in names if n.endswith(".vis.db"))
+    vis = [n for n in names if n.endswith(".vis")]
+    if len(dbs) > 1 or (dbs and vis):
+        log.warning("%s now holds %d .vis.db and %d .vis files; tb-graph-ascend shows only one .vis.db per "
+                    "directory (and then none of the .vis files): give each run its own -o to see them all",
+                    out_dir, len(dbs), len(vis))
 
 
 def _workers(cfg: GraphConfig, n_units: int) -> int:
