@@ -480,3 +480,17 @@ def test_warns_when_the_viewer_would_hide_files(tmp_path, capsys):
     assert main(["graph", "-tp", t, "-o", out, "-q", "--db"]) == 0
     err = capsys.readouterr().err
     assert "only one .vis.db per directory" in err and "1 .vis.db and 1 .vis" in err
+
+
+def test_proc_folders_of_26x_dumps(tmp_path, capsys):
+    """26.x dumps write step0/proc<pid>/: one on each side pairs; several cannot be paired by pid."""
+    c, d, s = small_model()
+    write_dump(str(tmp_path / "t" / "proc123"), c, d, s)
+    write_dump(str(tmp_path / "g" / "proc456"), c, d, s)
+    res = run_graph(GraphConfig(target=str(tmp_path / "t"), golden=str(tmp_path / "g"), output=str(tmp_path / "o")))
+    assert os.path.basename(res.outputs[0]).startswith("compare_proc123_")
+    assert res.units[0].matched == 14
+    write_dump(str(tmp_path / "t" / "proc789"), c, d, s)
+    write_dump(str(tmp_path / "g" / "proc790"), c, d, s)
+    _cli_fails(capsys, ["graph", "-tp", str(tmp_path / "t"), "-gp", str(tmp_path / "g"), "-o", str(tmp_path / "o2")],
+               "process ids cannot be paired")

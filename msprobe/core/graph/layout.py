@@ -110,10 +110,27 @@ def plan(target: str, golden: Optional[str]) -> Tuple[str, List[Unit]]:
     return lt, units
 
 
+def _renumber_procs(ranks: List[Tuple[int, str]]) -> List[Tuple[int, str]]:
+    """procN folders (26.x dumps, N = process id) get ranks 0, 1, ... in order; rank folders keep theirs."""
+    if any(name.startswith("proc") for _, name in ranks):
+        return [(i, name) for i, (_, name) in enumerate(ranks)]
+    return ranks
+
+
 def _rank_units(target: str, golden: Optional[str], step_label: Optional[str], step: int) -> List[Unit]:
-    ranks_t = _sub(target, _RANK, "rank", "target")
+    ranks_t = _renumber_procs(_sub(target, _RANK, "rank", "target"))
     if golden is not None:
-        ranks_g = _sub(golden, _RANK, "rank", "golden")
+        ranks_g = _renumber_procs(_sub(golden, _RANK, "rank", "golden"))
+        if len(ranks_t) == 1 and len(ranks_g) == 1:
+            # one rank on each side (e.g. step0/proc<pid> of two runs): they pair whatever their names
+            (num, name_t), (_, name_g) = ranks_t[0], ranks_g[0]
+            return [Unit(step_label, name_t, step, num, os.path.join(target, name_t), os.path.join(golden, name_g))]
+        procs = [name for _, name in ranks_t + ranks_g if name.startswith("proc")]
+        if procs:
+            raise MsprobeError(
+                f"several proc folders found ({', '.join(procs[:4])}); process ids cannot be paired across runs: "
+                f"graph the proc folders one pair at a time (-tp .../procA -gp .../procB)"
+            )
         if [r for r, _ in ranks_t] != [r for r, _ in ranks_g]:
             raise MsprobeError(
                 f"the two runs hold different ranks (target {target}: {_names(ranks_t)}; golden {golden}: "
