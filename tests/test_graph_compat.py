@@ -60,6 +60,15 @@ def written(tmp_path_factory):
             _run(case_dir, ["-f", "pytorch", "graph", "-i", cfg, "-q"], out)
             _run(case_dir, ["graph"] + _paths(cfg) + ["--db", "-q"], out)
             done[case][kind] = out
+    # fixture cases without reference graph outputs (26.x proc<pid> layout, MindSpore, torch_npu stub): the
+    # plugin must read what we write for them too
+    for case in ("mindspore_cpu_mix", "torch_npu_stubcann_cpu_mix"):
+        step = FIXTURES / case / "target" / "step0"
+        if not step.is_dir():
+            continue
+        for kind, extra in (("build", []), ("compare", ["-gp", str(FIXTURES / case / "golden" / "step0")])):
+            for db in ([], ["--db"]):
+                _run(str(FIXTURES / case), ["graph", "-tp", str(step)] + extra + db + ["-q"], str(base / "extra" / case / kind))
     return base, done
 
 

@@ -612,6 +612,9 @@ def paginate(g: Graph, other: Optional[Graph] = None) -> int:
 
 PENDING = ("pending",)
 SPLIT_MIN_BYTES = 16 << 20
+# share of the records the child formats when a graph is only built: this process also builds the graph
+# and writes the file, so the child takes the larger part (measured on a 100k-node dump, 2 cores)
+CHILD_SHARE = 0.6
 
 
 class FmtRef:
@@ -711,7 +714,7 @@ class SplitFormatter:
             return None
         head, offsets = idx
         n = len(offsets) - 1
-        first = n // 2 if mode == "half" else 0
+        first = int(n * (1 - CHILD_SHARE)) if mode == "half" else 0
         if n - first < 1000:
             return None
         names = [entry_name(raw, offsets[i]) for i in range(first, n)]

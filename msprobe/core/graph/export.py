@@ -209,6 +209,17 @@ def format_nodes(nodes: List[Node], md5_mode: bool) -> List[Tuple[Dict[str, dict
     return result
 
 
+def preformat(g: Graph, md5_mode: bool = False) -> None:
+    """Format every node's items now and keep them as JSON fragments (``node.fmt``) for the writers."""
+    nodes = [n for n in g.nodes.values() if n.fmt is None]
+    frag = orjson.Fragment
+    dumps = orjson.dumps
+    for a in range(0, len(nodes), 2000):
+        chunk = nodes[a:a + 2000]
+        for n, (fin, fout) in zip(chunk, format_nodes(chunk, md5_mode)):
+            n.fmt = (frag(dumps(fin)), frag(dumps(fout)))
+
+
 def node_dict(n: Node, md5_mode: bool, formatted: Optional[tuple] = None) -> dict:
     fin, fout = formatted if formatted is not None else (
         format_items(n.input_data, md5_mode, n.id), format_items(n.output_data, md5_mode, n.id))

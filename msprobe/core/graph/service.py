@@ -192,6 +192,10 @@ def _run_unit(cfg: GraphConfig, unit: Unit, workdir: str, graphs: List[Graph]) -
         g_n.data = g_b.data = {}
         matched = gcompare.compare_graphs(g_n, g_b, mode, fuzzy=cfg.fuzzy, mapping=mapping,
                                           jobs=1 if mp.current_process().name != "MainProcess" else cfg.jobs)
+    if g_n.split is not None and g_b is None:
+        # a graph that is only built: nothing changes its items any more, so format this process's share
+        # now, while the child is still busy with the other share
+        export.preformat(g_n)
     for g in (g_n, g_b):
         if g is not None and g.split is not None:
             if mode == gcompare.MODE_MD5:
