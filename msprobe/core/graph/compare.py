@@ -248,12 +248,13 @@ _PLAIN = {float, int, type(None)}
 
 def _column(values: list) -> Tuple[np.ndarray, np.ndarray]:
     """(float64 values, is-a-number mask) of one statistic over many items."""
-    if set(map(type, values)) <= _PLAIN:  # numbers and None only (numpy would also parse numeric text)
-        arr = np.array(values, dtype=np.float64)  # None -> NaN
-        ok = np.array([v is not None for v in values], dtype=bool)
-        return arr, ok
-    ok = np.fromiter((_is_num(v) for v in values), dtype=bool, count=len(values))
-    arr = np.array([v if _is_num(v) else np.nan for v in values], dtype=np.float64)
+    if not set(map(type, values)) <= _PLAIN:
+        # text values (bool tensors' "True", src/dst ...) are not numbers: blank them first, since numpy
+        # would parse numeric text
+        plain = _PLAIN
+        values = [v if v.__class__ in plain else None for v in values]
+    arr = np.array(values, dtype=np.float64)  # None -> NaN
+    ok = np.array([v is not None for v in values], dtype=bool)
     return arr, ok
 
 
