@@ -163,9 +163,8 @@ def _run_unit(cfg: GraphConfig, unit: Unit, workdir: str, graphs: List[Graph]) -
     # the dump data (beyond the items, which live on in the nodes) is only needed for the overflow check
     # and the layer mapping: take what they need, then drop it before the next graph is built
     keep = cfg.layer_mapping is not None
-    # a big single graph that is only built: a child process formats half of its records meanwhile
     # Big graphs in the main process: a child formats records from the file meanwhile (golden side of a
-    # compare: all of them, since they get no compare fields; a graph only built: half of them)
+    # compare: all of them, since they get no compare fields; a graph only built: most of them)
     can_split = cfg.jobs != 1 and mp.current_process().name == "MainProcess"
     split_n = "half" if can_split and unit.golden is None and not cfg.overflow_check else None
     g_n = gbuild.build_graph(unit.target, split=split_n)
@@ -240,10 +239,25 @@ def _run_unit(cfg: GraphConfig, unit: Unit, workdir: str, graphs: List[Graph]) -
             g.split.close()
             g.split = None
     nodes = len(g_n)
-    # freeing millions of objects takes seconds and gains nothing at the end of a command: keep them until
-    # the next run (the console entry point exits without tearing the heap down)
-    _RETAINED.append((g_n, g_b))
+    if mp.current_process().name == "MainProcess":
+        # freeing millions of objects takes seconds and gains nothing at the end of a command: keep them
+        # until the next run (the console entry point exits without tearing the heap down)
+        _RETAINED.append((g_n, g_b))
+    else:
+        # a worker goes on with its next unit, with the collector off: break the parent/child cycles so
+        # reference counting frees this graph now
+        for g in (g_n, g_b):
+            if g is not None:
+                _release(g)
     return UnitResult(unit, part, nodes, matched, micro, mode, dist)
+
+
+def _release(g: Graph) -> None:
+    for n in g.nodes.values():
+        n.up = None
+        n.subnodes = []
+        n.partner = None
+    g.nodes = {}
 
 
 def _run_unit_quiet(args):
