@@ -425,10 +425,14 @@ def test_split_build_writes_the_same_graph(tmp_path, monkeypatch, child_fails):
     assert not glob.glob("/tmp/msprobe-split-*"), "temporary files left behind"
 
 
-@pytest.mark.parametrize("md5", [False, True])
-def test_split_compare_writes_the_same_graph(tmp_path, monkeypatch, md5):
-    """The golden side of a compare is formatted by a child process; md5 compares cancel it."""
+@pytest.mark.parametrize("md5,child_fails", [(False, False), (True, False), (False, True)])
+def test_split_compare_writes_the_same_graph(tmp_path, monkeypatch, md5, child_fails):
+    """The golden side of a compare is parsed and formatted by a child process; md5 compares cancel its
+    texts; if it dies, this process parses the golden dump itself."""
     from msprobe.core.graph import build as gbuild
+
+    if child_fails:
+        monkeypatch.setattr(gbuild, "_emit_items", lambda *a: False)
 
     t = _wide_dump(str(tmp_path / "t"))
     g = _wide_dump(str(tmp_path / "g"))

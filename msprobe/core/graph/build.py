@@ -193,8 +193,19 @@ def flatten_entry(entry, node_id: str, path: str = "") -> List[Tuple[str, dict]]
     return out
 
 
+class Flat:
+    """A dump entry already split into (input_data, output_data) by the split child."""
+
+    __slots__ = ("inp", "out")
+
+    def __init__(self, inp: Dict[str, dict], out: Dict[str, dict]):
+        self.inp, self.out = inp, out
+
+
 def split_items(entry, node_id: str, path: str = "") -> Tuple[Dict[str, dict], Dict[str, dict]]:
     """(input_data, output_data) of a node; keys are data file names (tensor dumps) or built names."""
+    if entry.__class__ is Flat:
+        return entry.inp, entry.out
     inputs: Dict[str, dict] = {}
     outputs: Dict[str, dict] = {}
     for name, item in flatten_entry(entry, node_id, path):
@@ -380,7 +391,7 @@ class _Builder:
         return n
 
 
-def build_graph(dump_dir: str, split: Optional[str] = None) -> Graph:
+def build_graph(dump_dir: str, split: Optional[str] = None, splitter: Optional["SplitFormatter"] = None) -> Graph:
     """Build the graph of one rank's dump dir.
 
     ``split``: for a big dump, a forked child formats the records ("half": the second half, for a graph that
@@ -388,8 +399,14 @@ def build_graph(dump_dir: str, split: Optional[str] = None) -> Graph:
     graph (see :class:`SplitFormatter`).
     """
     construct_path, dump_path, stack_path = dump_files(dump_dir)
-    construct, micro, micro_num = read_construct(construct_path)
-    splitter = SplitFormatter.start(dump_path, split) if split else None
+    try:
+        construct, micro, micro_num = read_construct(construct_path)
+    except BaseException:
+        if splitter is not None:
+            splitter.cancel()
+        raise
+    if splitter is None and split:
+        splitter = SplitFormatter.start(dump_path, split)
     try:
         return _build(dump_dir, construct, micro, micro_num, dump_path, stack_path, splitter)
     except BaseException:
@@ -400,6 +417,8 @@ def build_graph(dump_dir: str, split: Optional[str] = None) -> Graph:
 
 def _build(dump_dir, construct, micro, micro_num, dump_path, stack_path, splitter) -> Graph:
     if splitter is not None:
+        if splitter.items:
+            splitter.wait_items()  # the child parsed and split the records (or this process did, as a fallback)
         dump = splitter.dump
         splitter.dump = None
     else:
@@ -412,7 +431,7 @@ def _build(dump_dir, construct, micro, micro_num, dump_path, stack_path, splitte
     g.dump_dir = dump_dir
     g.data = data
     g.data_keys = frozenset(data) | (splitter.names if splitter is not None and splitter.mode == "half" else frozenset())
-    g.has_md5 = has_md5(data)
+    g.has_md5 = splitter.has_md5 if splitter is not None and splitter.items else has_md5(data)
     g.split = splitter
     b = _Builder(g, data, stacks, micro, dump_path, splitter.names if splitter is not None else frozenset())
     root = g.root
@@ -632,7 +651,27 @@ class FmtRef:
         return orjson.Fragment(b[:self.lin]), orjson.Fragment(b[self.lin:])
 
 
-def _format_range(raw: bytes, offsets: list, a: int, b: int, out_path: str, dump_path: str) -> None:
+def _emit_items(raw: bytes, offsets: list, a: int, b: int, out_path: str, dump_path: str) -> bool:
+    """First pass of an ``items`` child: the split records (as :func:`split_items` makes them) and whether
+    the dump has md5 values, pickled chunk by chunk into ``out_path.items`` (renamed into place when whole)."""
+    import pickle
+
+    md5 = False
+    with open(out_path + ".items.tmp", "wb") as f:
+        for x in range(a, b, 2000):
+            part = parse_entries(raw, offsets, x, min(b, x + 2000), True)
+            if part is None:
+                return False
+            md5 = md5 or has_md5(part)
+            pickle.dump([(name,) + split_items(entry, name, dump_path) for name, entry in part.items()], f,
+                        protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.dump(("end", md5), f, protocol=pickle.HIGHEST_PROTOCOL)
+    os.replace(out_path + ".items.tmp", out_path + ".items")
+    return True
+
+
+def _format_range(raw: bytes, offsets: list, a: int, b: int, out_path: str, dump_path: str,
+                  items: bool = False) -> None:
     """Child process: parse entries a..b-1, format their items as the writers do, save the JSON texts.
 
     Writes the texts one after the other to ``out_path`` and, last, the index (name, offset, lengths) to
@@ -646,6 +685,8 @@ def _format_range(raw: bytes, offsets: list, a: int, b: int, out_path: str, dump
 
     code = 1
     try:
+        if items and not _emit_items(raw, offsets, a, b, out_path, dump_path):
+            os._exit(1)
         index = []
         pos = 0
         with open(out_path, "wb") as f:
@@ -690,7 +731,9 @@ class SplitFormatter:
     If the child fails, this process formats those records itself.
     """
 
-    def __init__(self, dump_path, dump, names, proc, out_path, mode):
+    def __init__(self, dump_path, dump, names, proc, out_path, mode, items=False):
+        self.items = items
+        self.has_md5 = False
         self.dump_path = dump_path
         self.dump = dump
         self.names = names
@@ -700,7 +743,11 @@ class SplitFormatter:
         self.fd = None
 
     @classmethod
-    def start(cls, dump_path: str, mode: str = "half") -> Optional["SplitFormatter"]:
+    def start(cls, dump_path: str, mode: str = "half", items: bool = False) -> Optional["SplitFormatter"]:
+        """Fork the child (None when the dump is small or its layout is unusual).
+
+        ``items`` (with mode "all"): the child also parses and splits the records for this process, which
+        then skips its own parse of this dump (:meth:`wait_items`); start it before other work."""
         import multiprocessing as mp
         import tempfile
 
@@ -722,10 +769,17 @@ class SplitFormatter:
             return None
         fd, out_path = tempfile.mkstemp(prefix="msprobe-split-", suffix=".bin")
         os.close(fd)
-        proc = mp.get_context("fork").Process(target=_format_range, args=(raw, offsets, first, n, out_path, dump_path),
-                                              daemon=True)
+        items = items and mode == "all"
+        proc = mp.get_context("fork").Process(target=_format_range,
+                                              args=(raw, offsets, first, n, out_path, dump_path, items), daemon=True)
         proc.start()
-        self = cls(dump_path, None, frozenset(names), proc, out_path, mode)
+        self = cls(dump_path, None, frozenset(names), proc, out_path, mode, items)
+        if items:
+            if not head.get("task"):
+                self.cancel()
+                return None
+            self.dump = head
+            return self
         data = parse_entries(raw, offsets, 0, first if mode == "half" else n, True)
         if data is None or not head.get("task"):
             self.cancel()
@@ -741,6 +795,39 @@ class SplitFormatter:
         head["data"] = data
         self.dump = head
         return self
+
+    def wait_items(self) -> None:
+        """Block until the child's split records are there; put them in ``self.dump["data"]``.
+
+        If the child died first, this process parses the dump itself (and gives up the child's texts)."""
+        import pickle
+        import time
+
+        path = self.out_path + ".items"
+        while not os.path.exists(path) and self.proc.is_alive():
+            time.sleep(0.005)
+        data: dict = {}
+        ok = False
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                while True:
+                    chunk = pickle.load(f)
+                    if chunk.__class__ is tuple:
+                        self.has_md5 = chunk[1]
+                        ok = True
+                        break
+                    for name, inp, out in chunk:
+                        data[name] = Flat(inp, out)
+            os.unlink(path)
+        if not ok:
+            self.cancel()
+            self.items = False
+            dump = read_dump_json(self.dump_path)
+            self.dump = dump
+            self.has_md5 = has_md5(dump.get("data") or {})
+            self.names = frozenset()
+            return
+        self.dump["data"] = data
 
     def cancel(self, g: Optional[Graph] = None) -> None:
         """Stop the child and forget its work (the writers format everything here)."""
@@ -784,7 +871,8 @@ class SplitFormatter:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
-        for p in (self.out_path, self.out_path + ".idx", self.out_path + ".idx.tmp"):
+        for p in (self.out_path, self.out_path + ".idx", self.out_path + ".idx.tmp", self.out_path + ".items",
+                  self.out_path + ".items.tmp"):
             try:
                 os.unlink(p)
             except OSError:

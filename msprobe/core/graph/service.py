@@ -167,12 +167,23 @@ def _run_unit(cfg: GraphConfig, unit: Unit, workdir: str, graphs: List[Graph]) -
     # compare: all of them, since they get no compare fields; a graph only built: most of them)
     can_split = cfg.jobs != 1 and mp.current_process().name == "MainProcess"
     split_n = "half" if can_split and unit.golden is None and not cfg.overflow_check else None
-    g_n = gbuild.build_graph(unit.target, split=split_n)
+    pre_b = None
+    if can_split and unit.golden is not None and not cfg.overflow_check and not keep:
+        # the golden child starts first: it parses and splits the golden records for this process while
+        # the target graph is built here, then formats them for the writer
+        pre_b = gbuild.SplitFormatter.start(gbuild.dump_files(unit.golden)[1], "all", items=True)
+    try:
+        g_n = gbuild.build_graph(unit.target, split=split_n)
+    except BaseException:
+        if pre_b is not None:
+            pre_b.cancel()
+        raise
     graphs.append(g_n)
     levels_n = overflow_levels(g_n.data) if cfg.overflow_check else None
     if not keep:
         g_n.data = {}
-    g_b = gbuild.build_graph(unit.golden, split="all" if can_split else None) if unit.golden is not None else None
+    g_b = (gbuild.build_graph(unit.golden, split="all" if can_split else None, splitter=pre_b)
+           if unit.golden is not None else None)
     if g_b is not None:
         graphs.append(g_b)
     levels_b = overflow_levels(g_b.data) if cfg.overflow_check and g_b is not None else None
