@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         if not quiet and total > 1:
             print(f"\r[msprobe] graphs {done}/{total}", end="" if done < total else "\n", file=sys.stderr, flush=True)
 
-    res = run_graph(cfg, progress)
+    res = run_graph(cfg, progress, exiting=getattr(args, "exiting", False))
     for u in res.units:
         where = " ".join(p for p in (u.unit.step_label, u.unit.rank_label) if p) or "graph"
         extra = f", {u.matched} matched pairs ({u.mode})" if u.mode else ""

@@ -51,7 +51,8 @@ def _setup_logging() -> None:
     log.propagate = False
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: Optional[List[str]] = None, exiting: bool = False) -> int:
+    """Run one command; ``exiting``: the process ends right after (commands may skip cleanup work)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     framework = None
     # legacy global option before the command: msprobe -f pytorch compare ...
@@ -80,6 +81,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     module.add_arguments(parser)
     args = parser.parse_args(argv[1:])
     args.framework = framework
+    args.exiting = exiting
     _setup_logging()
     from msprobe.core.errors import MsprobeError
 
@@ -112,7 +114,7 @@ def console_main() -> None:  # pragma: no cover - the installed `msprobe` script
     A graph or compare holds millions of small objects until the end; freeing them one by one at
     interpreter exit costs seconds and achieves nothing.  Output streams are flushed first.
     """
-    rc = main()
+    rc = main(exiting=True)
     try:
         sys.stdout.flush()
         sys.stderr.flush()

@@ -250,13 +250,13 @@ def _run_unit(cfg: GraphConfig, unit: Unit, workdir: str, graphs: List[Graph]) -
             g.split.close()
             g.split = None
     nodes = len(g_n)
-    if mp.current_process().name == "MainProcess":
+    if mp.current_process().name == "MainProcess" and _KEEP[0]:
         # freeing millions of objects takes seconds and gains nothing at the end of a command: keep them
-        # until the next run (the console entry point exits without tearing the heap down)
+        # (the console entry point exits without tearing the heap down)
         _RETAINED.append((g_n, g_b))
     else:
-        # a worker goes on with its next unit, with the collector off: break the parent/child cycles so
-        # reference counting frees this graph now
+        # a rank worker goes on with its next unit (and an API caller goes on with its program), with the
+        # collector off: break the parent/child cycles so reference counting frees this graph now
         for g in (g_n, g_b):
             if g is not None:
                 _release(g)
@@ -337,23 +337,28 @@ def _patch_db(con: sqlite3.Connection, step: int, rank: int, side: str, nodes: D
 # ---------------------------------------------------------------------------------------------- the command
 
 
-def run_graph(cfg: GraphConfig, progress: Optional[Callable[[int, int], None]] = None) -> GraphResult:
+def run_graph(cfg: GraphConfig, progress: Optional[Callable[[int, int], None]] = None,
+              exiting: bool = False) -> GraphResult:
+    """Run the command.  ``exiting``: the caller ends the process right after (the CLI): the graphs are
+    then kept and the heap left as it is, since tearing it down would only cost time."""
     # A graph is millions of small dicts that all live until the end: the cyclic GC would walk them again
     # and again while they are created (a third of the build time) and could free nothing.
     was_enabled = gc.isenabled()
-    gc.unfreeze()  # the previous run's graphs (tests, API use) become collectable again
     _RETAINED.clear()
+    _KEEP[0] = exiting
     gc.disable()
     try:
         return _run_graph(cfg, progress)
     finally:
-        # Everything allocated meanwhile sits in the youngest generation: the first collection after
-        # re-enabling would walk all of it.  Park it in the permanent generation instead.
-        gc.freeze()
+        if exiting:
+            # everything allocated meanwhile sits in the youngest generation: the first collection after
+            # re-enabling would walk all of it; park it in the permanent generation instead
+            gc.freeze()
         if was_enabled:
             gc.enable()
 
 
+_KEEP = [False]
 _RETAINED: list = []
 
 
