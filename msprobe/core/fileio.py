@@ -89,26 +89,17 @@ NONFINITE_MARKERS = {_MARK_PREFIX + k.decode(): v for k, v in _MARKERS.items()}
 
 def _restore_nonfinite(obj):
     """Replace the marker strings put in by :func:`_loads` with the floats they stand for (iterative)."""
-    values = {_MARK_PREFIX + k.decode(): v for k, v in _MARKERS.items()}
+    values = NONFINITE_MARKERS
     stack = [obj]
     while stack:
         c = stack.pop()
-        if c.__class__ is dict:
-            for k, v in c.items():
-                vc = v.__class__
-                if vc is str:
-                    if v[:1] == "\x00" and v in values:
-                        c[k] = values[v]
-                elif vc is dict or vc is list:
-                    stack.append(v)
-        else:
-            for i, v in enumerate(c):
-                vc = v.__class__
-                if vc is str:
-                    if v[:1] == "\x00" and v in values:
-                        c[i] = values[v]
-                elif vc is dict or vc is list:
-                    stack.append(v)
+        for k, v in (c.items() if c.__class__ is dict else enumerate(c)):
+            vc = v.__class__
+            if vc is str:
+                if v[:1] == "\x00" and v in values:
+                    c[k] = values[v]
+            elif vc is dict or vc is list:
+                stack.append(v)
     return obj
 
 

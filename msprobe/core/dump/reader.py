@@ -89,8 +89,12 @@ class DumpRows:
         return len(self.names)
 
 
-def _crc(value) -> str:
+def crc_text(value) -> str:
+    """The reference's md5 stand-in: the CRC32 of a value's text, as 8 hex digits."""
     return "%08x" % zlib.crc32(str(value).encode())
+
+
+_crc = crc_text
 
 
 def _bools_to_str(v):
@@ -242,7 +246,8 @@ _PY_TYPE_NAMES = {
 }
 
 
-def _md5_present(data: dict) -> bool:
+def has_md5(data: dict) -> bool:
+    """Whether a dump's records carry md5 values (then a compare of two statistics dumps is an md5 one)."""
     for body in data.values():
         if not isinstance(body, dict):
             continue
@@ -256,24 +261,37 @@ def _md5_present(data: dict) -> bool:
     return False
 
 
-def load_stack(path: str) -> Dict[str, str]:
-    """stack.json (legacy ``{api: [lines]}`` or new ``{"0": [[apis], [lines]]}``) -> {api: str(lines)}."""
+def load_stack_frames(path: str) -> Dict[str, List[str]]:
+    """stack.json (legacy ``{api: [lines]}`` or new ``{"0": [[apis], [lines]]}``) -> {api: lines}.
+
+    In the new format every api of a group gets the same list object."""
     obj = load_json(path, "stack.json")
     if not isinstance(obj, dict):
         raise MsprobeError(f"stack.json {path}: the outermost value must be an object; the file is damaged: re-run the dump")
-    out: Dict[str, str] = {}
+    out: Dict[str, List[str]] = {}
     if "0" in obj:
         for key, val in obj.items():
             if not (isinstance(val, list) and len(val) == 2 and isinstance(val[0], list)):
                 raise MsprobeError(f"stack.json {path}: entry {key!r} is not [[api names], [stack lines]]; the file is damaged")
-            text = str(val[1])
             for api in val[0]:
-                out[api] = text
+                out[api] = val[1]
     else:
         for api, lines in obj.items():
             if not isinstance(lines, list):
                 raise MsprobeError(f"stack.json {path}: the stack of '{api}' is not a list; the file is damaged")
-            out[api] = str(lines)
+            out[api] = lines
+    return out
+
+
+def load_stack(path: str) -> Dict[str, str]:
+    """stack.json -> {api: str(lines)} (the text of a shared group list is made once)."""
+    texts: Dict[int, str] = {}
+    out: Dict[str, str] = {}
+    for api, lines in load_stack_frames(path).items():
+        t = texts.get(id(lines))
+        if t is None:
+            t = texts[id(lines)] = str(lines)
+        out[api] = t
     return out
 
 
@@ -318,7 +336,7 @@ def read_dump(path: str, side: str, stack_path: Optional[str] = None) -> DumpRow
         rows._md5_raw = md5
     rows.stack = [None] * len(rows.names)
     if task == MODE_STATISTICS:
-        rows.has_md5 = _md5_present(data)
+        rows.has_md5 = has_md5(data)
     if stack_path is None:
         candidate = os.path.join(os.path.dirname(path), "stack.json")
         stack_path = candidate if os.path.isfile(candidate) else None

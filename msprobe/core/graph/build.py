@@ -18,9 +18,9 @@ from __future__ import annotations
 import os
 import re
 import sys
-import zlib
 from typing import Dict, List, Optional, Tuple
 
+from msprobe.core.dump.reader import crc_text, has_md5, load_stack_frames
 from msprobe.core.errors import MsprobeError
 from msprobe.core.fileio import (
     NONFINITE_MARKERS, check_path, dump_index, entry_name, load_dump_json, load_json, parse_entries,
@@ -222,27 +222,6 @@ def split_items(entry, node_id: str, path: str = "") -> Tuple[Dict[str, dict], D
 # ---------------------------------------------------------------------------------------------- files
 
 
-def read_stack(path: str) -> Dict[str, List[str]]:
-    """stack.json (old ``{name: [frames]}`` or new ``{"0": [[names], [frames]]}``) -> {name: frames}."""
-    obj = load_json(path, "stack.json")
-    if not isinstance(obj, dict):
-        raise MsprobeError(f"stack.json {path}: the outermost value must be an object; the file is damaged: re-run the dump")
-    out: Dict[str, List[str]] = {}
-    if "0" in obj:
-        for key, val in obj.items():
-            if not (isinstance(val, list) and len(val) == 2 and isinstance(val[0], list) and isinstance(val[1], list)):
-                raise MsprobeError(f"stack.json {path}: entry {key!r} is not [[names], [stack lines]]; the file is damaged: re-run the dump")
-            frames = val[1]
-            for name in val[0]:
-                out[name] = frames
-    else:
-        for name, frames in obj.items():
-            if not isinstance(frames, list):
-                raise MsprobeError(f"stack.json {path}: the stack of '{name}' is not a list; the file is damaged: re-run the dump")
-            out[name] = frames
-    return out
-
-
 def dump_files(dump_dir: str) -> Tuple[str, str, str]:
     """Paths of the three files of one dump dir; one clear error when one is missing."""
     paths = []
@@ -299,23 +278,8 @@ def md5_of(item: dict) -> str:
     every tensor item."""
     m = item.get("md5")
     if not m:
-        m = item["md5"] = "%08x" % zlib.crc32(str(item.get("value", "")).encode())
+        m = item["md5"] = crc_text(item.get("value", ""))
     return m
-
-
-def has_md5(data: dict) -> bool:
-    """Whether a statistics dump carries md5 values (then a compare is an md5 compare)."""
-    for body in data.values():
-        if not isinstance(body, dict):
-            continue
-        for section in body.values():
-            if isinstance(section, list):
-                for item in section:
-                    if isinstance(item, dict) and "md5" in item:
-                        return True
-            elif isinstance(section, dict) and "md5" in section:
-                return True
-    return False
 
 
 def _fix_missing_parent(construct: dict, sub: str, up):
@@ -423,7 +387,7 @@ def _build(dump_dir, construct, micro, micro_num, dump_path, stack_path, splitte
         splitter.dump = None
     else:
         dump = read_dump_json(dump_path)
-    stacks = read_stack(stack_path)
+    stacks = load_stack_frames(stack_path)
     data = dump.get("data") or {}
     g = Graph(dump.get("dump_data_dir"))
     g.task = str(dump.get("task"))
