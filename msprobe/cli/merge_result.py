@@ -1,0 +1,80 @@
+"""Gather chosen APIs / modules and compare indexes of every rank's compare report into one .xlsx.
+
+Reads the compare_result_rank{N}_{timestamp}.xlsx (or .csv, from 'msprobe compare --csv') reports in -i
+and writes multi_ranks_compare_merge_{timestamp}.xlsx in -o: one sheet per compare index, one row per
+tensor of the configured APIs, one column per rank.  Cells without a value (N/A, unsupported, Nan) show
+'NPU:<NPU max>  Bench:<Bench max>' instead, e.g. the group or reduce-op arguments of communication ops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+EPILOG = """config.yaml:
+  api:                          required: names to gather, 1 to 4 leading fields of
+  - Distributed.all_reduce        {api_type}.{api_name}.{call number}.{forward|backward}
+  - Functional.linear.0
+  compare_index:                optional, default: every index of the reports' mode
+  - Max diff
+  - MeanRelativeErr
+examples:
+  msprobe merge_result -i compare_out -o merged -config config.yaml
+  msprobe -f pytorch merge_result -i compare_out -o merged -config config.yaml      (legacy syntax)
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    io = p.add_argument_group("inputs and output")
+    io.add_argument("-i", "--input_dir", required=True,
+                    help="directory holding compare_result_rank{N}_*.xlsx/.csv reports (the -o of a multi-rank compare)")
+    io.add_argument("-o", "--output_dir", required=True,
+                    help="output directory, created if missing; results are never overwritten")
+    io.add_argument("-config", "--config-path", "--config_path", dest="config_path", required=True,
+                    help="config.yaml naming the APIs ('api') and compare indexes ('compare_index') to gather")
+    x = p.add_argument_group("execution")
+    x.add_argument("-j", "--jobs", type=int, default=0, help="processes reading reports (default: one per core)")
+    x.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+
+
+class _Bar:
+    def __init__(self):
+        self.bar = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is None:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc="merge_result: reading rank reports", unit="report", leave=False,
+                            file=sys.stderr, dynamic_ncols=True)
+        self.bar.n = done
+        self.bar.refresh()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def run(args) -> int:
+    from msprobe.core.errors import MsprobeError
+    from msprobe.core.merge import MergeConfig, run_merge
+
+    if args.jobs < 0:
+        raise MsprobeError(f"-j/--jobs must be 0 (automatic) or a positive number, not {args.jobs}")
+    cfg = MergeConfig.from_yaml(args.input_dir, args.output_dir, args.config_path, jobs=args.jobs,
+                                progress=not args.quiet)
+    bar = _Bar() if (cfg.progress and sys.stderr.isatty()) else None
+    try:
+        res = run_merge(cfg, progress=bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    ranks = ", ".join(f"rank{r}" for r in res.ranks)
+    print(f"merge_result: {res.mode} reports of {len(res.ranks)} ranks ({ranks}), {res.rows} rows, "
+          f"{len(res.indexes)} sheets ({', '.join(res.indexes)}) in {res.seconds:.2f} s")
+    print(f"written: {res.path}")
+    return 0

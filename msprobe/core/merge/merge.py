@@ -1,0 +1,187 @@
+"""``merge_result``: gather chosen APIs and compare indexes of every rank into one workbook.
+
+1. find the rank reports in the input directory (newest per rank; others ignored with a warning);
+2. read every header, check that all reports have one mode and that the compare indexes suit it;
+3. read the reports in worker processes, each keeping only the rows of the configured APIs;
+4. outer-join the ranks on NPU Name (first appearance order: config order, then table order) and write
+   one sheet per compare index, columns ``NPU Name, rank0, rank1, ...``, atomically and never over an
+   existing file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional
+
+import numpy as np
+
+from msprobe.core.errors import MsprobeError
+from msprobe.core.fileio import atomic_write, check_path, ensure_output_dir, unique_path
+from msprobe.core.merge.config import MergeConfig
+from msprobe.core.merge.reports import (
+    NPU_NAME, VALID_INDEXES, RankData, RankFile, detect_mode, extract, find_rank_reports, read_report_header,
+    _short_list,
+)
+
+log = logging.getLogger("msprobe")
+
+OUTPUT_PREFIX = "multi_ranks_compare_merge"
+MAX_SHEET_ROWS = 1_048_575
+
+
+@dataclass
+class MergeResult:
+    path: str
+    mode: str
+    ranks: List[int]
+    indexes: List[str]
+    rows: int
+    seconds: float
+
+
+def _plan(cfg: MergeConfig):
+    input_dir = check_path(cfg.input_dir, "input directory", "dir")
+    files = find_rank_reports(input_dir)
+    if not files:
+        raise MsprobeError(
+            f"no rank compare reports (compare_result_rank{{N}}_{{timestamp}}.xlsx or .csv) in {input_dir}; "
+            "run msprobe compare on the step directories of a multi-rank run and pass its output directory as -i")
+    if len(files) == 1:
+        raise MsprobeError(
+            f"only one rank report in {input_dir} ({os.path.basename(files[0].path)}): nothing to merge; "
+            "merge_result needs the reports of two or more ranks")
+    by_mode: Dict[str, List[RankFile]] = {}
+    headers = {}
+    for f in files:
+        header = read_report_header(f)
+        mode = detect_mode(header)
+        if mode is None:
+            raise MsprobeError(
+                f"rank{f.rank} report {f.path} has neither a 'Max diff' (statistics) nor a 'Cosine' (tensor) column: "
+                "it is not a compare report; regenerate it with msprobe compare or move it out of the input directory")
+        headers[f.rank] = header
+        by_mode.setdefault(mode, []).append(f)
+    if len(by_mode) > 1:
+        parts = [f"{mode} reports ({_short_list(['rank%d' % f.rank for f in fs], 4)})" for mode, fs in by_mode.items()]
+        raise MsprobeError(
+            f"{input_dir} mixes {' and '.join(parts)}; merge one kind at a time: move the reports of the other "
+            "mode to another directory")
+    mode = next(iter(by_mode))
+    if mode == "md5":
+        raise MsprobeError(
+            f"the reports in {input_dir} are md5 compares, which hold no error metrics to merge; "
+            "merge statistics or tensor compare reports")
+    valid = VALID_INDEXES[mode]
+    if cfg.compare_index:
+        bad = [i for i in cfg.compare_index if i not in valid]
+        if bad:
+            where = f"config.yaml {cfg.config_path}" if cfg.config_path else "compare_index"
+            raise MsprobeError(
+                f"{where}: compare_index {_short_list([repr(b) for b in bad])} not valid for the {mode} reports in "
+                f"{input_dir}; valid: {', '.join(valid)}")
+        indexes = list(cfg.compare_index)
+    else:
+        # every index of the mode that all reports have (older reports lack Requires_grad Consistent)
+        indexes = [i for i in valid if all(i in h for h in headers.values())]
+    return input_dir, files, mode, indexes
+
+
+def _extract_job(args):
+    f, apis, indexes = args
+    return extract(f, apis, indexes)
+
+
+def _read_all(cfg: MergeConfig, files: List[RankFile], indexes: List[str],
+              progress: Optional[Callable[[int, int], None]]) -> List[RankData]:
+    jobs = [(f, cfg.apis, indexes) for f in files]
+    workers = cfg.jobs if cfg.jobs > 0 else (os.cpu_count() or 1)
+    workers = min(workers, len(jobs))
+    total = len(jobs)
+    if progress:
+        progress(0, total)
+    if workers <= 1:
+        out = []
+        for i, job in enumerate(jobs, 1):
+            out.append(_extract_job(job))
+            if progress:
+                progress(i, total)
+        return out
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
+    results: Dict[int, RankData] = {}
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        futures = {pool.submit(_extract_job, job): job[0].rank for job in jobs}
+        try:
+            for done, fut in enumerate(as_completed(futures), 1):
+                results[futures[fut]] = fut.result()
+                if progress:
+                    progress(done, total)
+        except BaseException:
+            for fut in futures:
+                fut.cancel()
+            raise
+    return [results[f.rank] for f in files]
+
+
+def assemble(ranks: List[RankData], indexes: List[str]):
+    """(names, {index: [column per rank]}): the outer join of the ranks on NPU Name."""
+    order: Dict[str, int] = {}
+    for rd in ranks:
+        for name in rd.names:
+            if name not in order:
+                order[name] = len(order)
+    n = len(order)
+    names = list(order)
+    sheets: Dict[str, list] = {index: [] for index in indexes}
+    for rd in ranks:
+        pos = np.fromiter(map(order.__getitem__, rd.names), np.intp, len(rd.names))
+        for index in indexes:
+            col = np.full(n, None, dtype=object)
+            vals = np.empty(len(rd.names), dtype=object)
+            vals[:] = rd.values[index]
+            col[pos] = vals
+            sheets[index].append(col)
+    return names, sheets
+
+
+def run_merge(cfg: MergeConfig, progress: Optional[Callable[[int, int], None]] = None) -> MergeResult:
+    start = time.perf_counter()
+    if not cfg.apis:
+        raise MsprobeError("no APIs to merge: config.yaml needs an 'api' list, e.g. 'api: [Distributed.all_reduce]'")
+    input_dir, files, mode, indexes = _plan(cfg)
+    out_dir = ensure_output_dir(cfg.output_dir)
+    ranks = _read_all(cfg, files, indexes, progress)
+
+    missing: Dict[str, List[str]] = {}
+    for rd in ranks:
+        for api in rd.missing_apis:
+            missing.setdefault(api, []).append(f"rank{rd.rank}")
+    for api, where in missing.items():
+        if len(where) < len(ranks):
+            log.warning("%s not found in the report of %s", api, _short_list(where, 8))
+    names, sheets = assemble(ranks, indexes)
+    if not names:
+        raise MsprobeError(
+            f"none of the APIs in config.yaml ({_short_list(cfg.apis)}) occurs in the NPU Name column of the rank "
+            f"reports in {input_dir}; names look like Distributed.all_reduce.0.forward.input.0: use 1 to 4 of "
+            "their leading fields")
+    for api, where in missing.items():
+        if len(where) == len(ranks):
+            log.warning("%s not found in any rank report", api)
+    if len(names) > MAX_SHEET_ROWS:
+        raise MsprobeError(f"{len(names)} rows to merge do not fit an Excel sheet ({MAX_SHEET_ROWS}); "
+                           "name fewer or narrower APIs in config.yaml")
+
+    header = [NPU_NAME] + [f"rank{rd.rank}" for rd in ranks]
+    book = [(index, header, [names] + sheets[index]) for index in indexes]
+    ts = time.strftime("%Y%m%d%H%M%S")
+    target = unique_path(os.path.join(out_dir, f"{OUTPUT_PREFIX}_{ts}.xlsx"))
+    from msprobe.core.merge.xlsxout import write_sheets
+
+    written = atomic_write(target, lambda tmp: write_sheets(tmp, book))
+    return MergeResult(written, mode, [rd.rank for rd in ranks], indexes, len(names), time.perf_counter() - start)

@@ -1,0 +1,276 @@
+"""Safe, streaming reader for the first sheet of an ``.xlsx`` compare report.
+
+An ``.xlsx`` file is a zip archive of XML parts.  Before anything is decompressed the zip's central
+directory is checked (:func:`check_zip`): member count, declared uncompressed sizes (each and in total)
+and the compression ratio of big members, so a zip bomb is refused without inflating it.  Python's
+``zipfile`` never returns more than a member's declared size and checks its CRC at the end, so the
+declared sizes also bound the work actually done.
+
+The worksheet XML is then inflated in chunks and cut into rows with a regular expression (no DOM, no
+per-element Python objects); only the rows the caller wants are split into cells.  Cell values follow
+what spreadsheet readers return: numbers as ``float``, booleans as ``bool``, shared and inline strings as
+``str`` (rich-text runs joined), absent or empty cells as ``None``.  Cells may carry ``r="B7"``
+references or not (positions then count from the left, as ECMA-376 allows).
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import zipfile
+import zlib
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from msprobe.core.errors import MsprobeError
+
+#: At most this many members in the archive (a report has about ten).
+MAX_MEMBERS = 1000
+#: Declared uncompressed size of all members together.
+MAX_TOTAL_UNCOMPRESSED = 8 * 1024 ** 3
+#: Members larger than this (uncompressed) must not compress better than MAX_RATIO:1.
+RATIO_CHECK_FROM = 16 * 1024 ** 2
+#: Report XML deflates about 5-30x; a deflate bomb reaches about 1000x.
+MAX_RATIO = 200
+#: Bytes of XML inflated per step.
+READ_CHUNK = 4 * 1024 * 1024
+
+_ROW_RE = re.compile(rb"<row\b([^>]*?)(?:/>|>(.*?)</row>)", re.S)
+_CELL_RE = re.compile(rb"<c\b([^>]*?)(?:/>|>(.*?)</c>)", re.S)
+_REF_RE = re.compile(rb'\br="([A-Z]{1,3})')
+_TYPE_RE = re.compile(rb'\bt="([a-zA-Z]+)"')
+_V_RE = re.compile(rb"<v(?:\s[^>]*)?>(.*?)</v>", re.S)
+_T_RE = re.compile(rb"<t(?:\s[^>]*)?>(.*?)</t>|<t(?:\s[^>]*)?/>", re.S)
+_RPH_RE = re.compile(rb"<rPh\b.*?</rPh>", re.S)
+_SI_RE = re.compile(rb"<si\b[^>]*?(?:/>|>(.*?)</si>)", re.S)
+_SHEET_RE = re.compile(rb"<sheet\b[^>]*?\br:id=\"([^\"]+)\"|<sheet\b[^>]*?\bid=\"([^\"]+)\"")
+_REL_RE = re.compile(rb"<Relationship\b([^>]*)/?>")
+_ATTR_RE = re.compile(rb'(\w+)="([^"]*)"')
+
+
+def _col_index(letters: bytes) -> int:
+    n = 0
+    for ch in letters:
+        n = n * 26 + (ch - 64)
+    return n - 1
+
+
+def _text(raw: bytes) -> str:
+    s = raw.decode("utf-8")
+    return html.unescape(s) if "&" in s else s
+
+
+def _rich_text(body: bytes) -> str:
+    if b"<rPh" in body:
+        body = _RPH_RE.sub(b"", body)
+    parts = _T_RE.findall(body)
+    if len(parts) == 1:
+        return _text(parts[0])
+    return "".join(_text(p) for p in parts)
+
+
+def check_zip(zf: zipfile.ZipFile, path: str) -> None:
+    """Refuse archives whose central directory promises too much work (zip bombs)."""
+    infos = zf.infolist()
+    if len(infos) > MAX_MEMBERS:
+        raise MsprobeError(
+            f"{path} holds {len(infos)} archive members (limit {MAX_MEMBERS}); an .xlsx report has about ten: "
+            "this is not a compare report (possibly a zip bomb); regenerate it with msprobe compare")
+    total = 0
+    for info in infos:
+        total += info.file_size
+        if info.file_size > RATIO_CHECK_FROM and info.file_size > MAX_RATIO * max(info.compress_size, 1):
+            raise MsprobeError(
+                f"{path}: member {info.filename} would inflate {info.compress_size} bytes to {info.file_size} "
+                f"(ratio over {MAX_RATIO}:1), which no compare report does; refusing it as a possible zip bomb: "
+                "regenerate the report with msprobe compare")
+    if total > MAX_TOTAL_UNCOMPRESSED:
+        raise MsprobeError(
+            f"{path} would inflate to {total} bytes (limit {MAX_TOTAL_UNCOMPRESSED}); refusing it as a possible "
+            "zip bomb: regenerate the report with msprobe compare, or split the run by rank or step")
+
+
+def _find_first_sheet(zf: zipfile.ZipFile, names: set) -> str:
+    try:
+        wb = zf.read("xl/workbook.xml") if "xl/workbook.xml" in names else b""
+        rels = zf.read("xl/_rels/workbook.xml.rels") if "xl/_rels/workbook.xml.rels" in names else b""
+    except (zipfile.BadZipFile, zlib.error, OSError):
+        wb, rels = b"", b""
+    m = _SHEET_RE.search(wb)
+    if m and rels:
+        rid = m.group(1) or m.group(2)
+        for rm in _REL_RE.finditer(rels):
+            attrs = dict(_ATTR_RE.findall(rm.group(1)))
+            if attrs.get(b"Id") == rid and b"Target" in attrs:
+                target = attrs[b"Target"].decode("utf-8")
+                target = target.lstrip("/") if target.startswith("/") else "xl/" + target
+                parts: List[str] = []
+                for p in target.split("/"):
+                    if p == "..":
+                        if parts:
+                            parts.pop()
+                    elif p and p != ".":
+                        parts.append(p)
+                target = "/".join(parts)
+                if target in names:
+                    return target
+    if "xl/worksheets/sheet1.xml" in names:
+        return "xl/worksheets/sheet1.xml"
+    sheets = sorted(n for n in names if n.startswith("xl/worksheets/") and n.endswith(".xml"))
+    if sheets:
+        return sheets[0]
+    raise MsprobeError(f"{path_hint(zf)} has no worksheet; it is not an .xlsx report: regenerate it with msprobe compare")
+
+
+def path_hint(zf: zipfile.ZipFile) -> str:
+    return str(getattr(zf, "filename", "") or "the .xlsx file")
+
+
+class SheetReader:
+    """Rows of the first worksheet of one .xlsx file.
+
+    Use as a context manager.  :meth:`header` returns row 1 as strings; :meth:`rows` yields the cell values
+    (a list, positions = columns) of later rows, optionally only of rows that pass ``keep``.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        try:
+            self.zf = zipfile.ZipFile(path)
+        except zipfile.BadZipFile:
+            raise MsprobeError(f"{path} is not a valid .xlsx file (not a zip archive: damaged or truncated); "
+                               "regenerate it with msprobe compare or move it out of the input directory")
+        except OSError as exc:
+            raise MsprobeError(f"{path} cannot be read: {exc.strerror}")
+        try:
+            check_zip(self.zf, path)
+            names = set(self.zf.namelist())
+            self.sheet = _find_first_sheet(self.zf, names)
+            self.shared: Optional[List[str]] = None
+            if "xl/sharedStrings.xml" in names:
+                self.shared = [_rich_text(m.group(1) or b"") for m in _SI_RE.finditer(self._read_all("xl/sharedStrings.xml"))]
+        except BaseException:
+            self.zf.close()
+            raise
+        self._rows: Optional[Iterator[Tuple[bytes, bytes]]] = None
+        self._header: Optional[List[str]] = None
+
+    # -- plumbing ------------------------------------------------------------------------------------
+
+    def _damaged(self, exc: BaseException) -> MsprobeError:
+        return MsprobeError(f"{self.path} is damaged ({type(exc).__name__}: {exc}); "
+                            "regenerate it with msprobe compare or move it out of the input directory")
+
+    def _read_all(self, member: str) -> bytes:
+        try:
+            return self.zf.read(member)
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
+            raise self._damaged(exc)
+
+    def _raw_rows(self) -> Iterator[Tuple[bytes, bytes]]:
+        """(row attributes, row body) of every row, inflating the sheet chunk by chunk."""
+        try:
+            with self.zf.open(self.sheet) as fh:
+                tail = b""
+                while True:
+                    chunk = fh.read(READ_CHUNK)
+                    if not chunk:
+                        break
+                    buf = tail + chunk
+                    cut = buf.rfind(b"</row>")
+                    if cut < 0:
+                        tail = buf
+                        continue
+                    cut += 6
+                    for m in _ROW_RE.finditer(buf, 0, cut):
+                        yield m.group(1), m.group(2) or b""
+                    tail = buf[cut:]
+                for m in _ROW_RE.finditer(tail):
+                    yield m.group(1), m.group(2) or b""
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
+            raise self._damaged(exc)
+
+    def cells(self, body: bytes) -> list:
+        """Values of one row's cells, by column position (None where a cell is absent)."""
+        out: list = []
+        shared = self.shared
+        for attrs, inner in _CELL_RE.findall(body):
+            if b'r="' in attrs:
+                m = _REF_RE.search(attrs)
+                if m:
+                    col = _col_index(m.group(1))
+                    if col > len(out):
+                        out.extend([None] * (col - len(out)))
+            t = _TYPE_RE.search(attrs) if b't="' in attrs else None
+            kind = t.group(1) if t else b"n"
+            value = None
+            if inner:
+                if kind == b"inlineStr":
+                    value = _rich_text(inner)
+                else:
+                    v = _V_RE.search(inner)
+                    if v is not None:
+                        raw = v.group(1)
+                        if kind == b"n":
+                            try:
+                                value = float(raw) if raw else None
+                            except ValueError:
+                                raise MsprobeError(f"{self.path}: cell with the number {raw[:40]!r} cannot be read; "
+                                                   "the report is damaged: regenerate it with msprobe compare")
+                        elif kind == b"s":
+                            if shared is None:
+                                raise MsprobeError(f"{self.path} refers to shared strings but has none; "
+                                                   "the report is damaged: regenerate it with msprobe compare")
+                            try:
+                                value = shared[int(raw)]
+                            except (ValueError, IndexError):
+                                raise MsprobeError(f"{self.path}: shared string {raw[:20]!r} does not exist; "
+                                                   "the report is damaged: regenerate it with msprobe compare")
+                        elif kind == b"b":
+                            value = raw.strip() in (b"1", b"true")
+                        else:  # str (formula result), e (error), d (date as text)
+                            value = _text(raw)
+            out.append(value)
+        return out
+
+    # -- public --------------------------------------------------------------------------------------
+
+    def header(self) -> List[str]:
+        if self._header is None:
+            self._rows = self._raw_rows()
+            for _attrs, body in self._rows:
+                vals = self.cells(body)
+                if any(v is not None for v in vals):
+                    self._header = ["" if v is None else str(v) for v in vals]
+                    break
+            else:
+                raise MsprobeError(f"{self.path} has an empty first sheet (no header row); "
+                                   "regenerate it with msprobe compare or move it out of the input directory")
+        return self._header
+
+    def rows(self, prefilter: Sequence[bytes] = (), keep: Optional[Callable[[list], bool]] = None) -> Iterator[list]:
+        """Cell lists of the data rows.  ``prefilter``: byte strings of which a row's XML must contain one
+        before it is parsed at all (only used when the sheet has inline strings, not shared ones)."""
+        self.header()
+        pre = tuple(prefilter) if (prefilter and self.shared is None) else ()
+        cells = self.cells
+        for _attrs, body in self._rows:
+            if pre and not any(p in body for p in pre):
+                continue
+            vals = cells(body)
+            if keep is None or keep(vals):
+                yield vals
+
+    def close(self) -> None:
+        self.zf.close()
+
+    def __enter__(self) -> "SheetReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def read_header(path: str) -> List[str]:
+    with SheetReader(path) as r:
+        return r.header()
+
