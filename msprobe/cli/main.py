@@ -22,6 +22,7 @@ from msprobe import __version__
 COMMANDS = {
     "compare": ("msprobe.cli.compare", "compare a target dump with a golden dump and write an .xlsx/.csv report"),
     "graph": ("msprobe.cli.graph", "build or compare hierarchical model graphs (.vis / .vis.db) for tb-graph-ascend"),
+    "merge_result": ("msprobe.cli.merge_result", "gather chosen APIs and compare indexes of every rank's compare report into one .xlsx"),
 }
 
 FRAMEWORKS = ("pytorch", "mindspore")
