@@ -23,6 +23,7 @@ COMMANDS = {
     "compare": ("msprobe.cli.compare", "compare a target dump with a golden dump and write an .xlsx/.csv report"),
     "graph": ("msprobe.cli.graph", "build or compare hierarchical model graphs (.vis / .vis.db) for tb-graph-ascend"),
     "merge_result": ("msprobe.cli.merge_result", "gather chosen APIs and compare indexes of every rank's compare report into one .xlsx"),
+    "op_generate": ("msprobe.cli.op_generate", "write a standalone script that reproduces one API and judges its precision"),
 }
 
 FRAMEWORKS = ("pytorch", "mindspore")

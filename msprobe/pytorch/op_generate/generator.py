@@ -1,0 +1,485 @@
+"""op_generate: extract one API from dump.json and write a standalone script that reproduces it.
+
+Framework-free: reading the dump and writing the script need neither torch nor torch_npu (the
+script itself needs torch).  Steps: :func:`load_config` -> :func:`extract` -> :func:`build_case`
+-> :func:`render_script` -> files written atomically by :func:`generate`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+import orjson
+
+from msprobe.core.errors import MsprobeError
+from msprobe.pytorch.op_generate import standards
+from msprobe.core.fileio import atomic_write, check_path, ensure_output_dir, load_dump_json, load_json
+
+CONFIG_KEYS = ("dump_json_path", "api_name", "extract_api_path", "propagation", "data_mode", "random_seed", "iter_times")
+API_KINDS = {"Functional": "torch.nn.functional", "Tensor": "torch.Tensor", "Torch": "torch"}
+TENSOR_TYPES = ("torch.Tensor", "torch.nn.parameter.Parameter")
+MAX_ITER_TIMES = 1000
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
+RUNTIME_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runtime.py")
+STANDARDS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "standards.py")
+
+
+@dataclass(frozen=True)
+class OpGenConfig:
+    """One validated config_op.json plus the output directory."""
+
+    config_path: str
+    output_dir: str
+    extract_api_path: str
+    dump_json_path: Optional[str] = None
+    api_name: Optional[str] = None
+    propagation: str = "forward"
+    data_mode: str = "random_data"
+    random_seed: int = 1234
+    iter_times: int = 1
+
+
+def _int_field(obj: dict, key: str, default: int, where: str, lo: int, hi: Optional[int] = None) -> int:
+    value = obj.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise MsprobeError(f"{where}: '{key}' must be an integer, not {value!r}")
+    if value < lo or (hi is not None and value > hi):
+        rng = f">= {lo}" if hi is None else f"between {lo} and {hi}"
+        raise MsprobeError(f"{where}: '{key}' must be {rng}, not {value}")
+    return value
+
+
+def load_config(config_path: str, output_dir: str) -> OpGenConfig:
+    """Read and validate config_op.json; every problem is one MsprobeError line."""
+    obj = load_json(config_path, "config_op.json")
+    where = f"config_op.json {os.path.abspath(config_path)}"
+    if not isinstance(obj, dict):
+        raise MsprobeError(f"{where}: the top level must be an object with keys {', '.join(CONFIG_KEYS)}")
+    unknown = sorted(set(obj) - set(CONFIG_KEYS))
+    if unknown:
+        hints = []
+        for k in unknown:
+            close = difflib.get_close_matches(k, CONFIG_KEYS, n=1)
+            hints.append(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise MsprobeError(f"{where}: unknown key {', '.join(hints)}; the keys are {', '.join(CONFIG_KEYS)}")
+    for key in ("dump_json_path", "api_name", "extract_api_path"):
+        if obj.get(key) is not None and not isinstance(obj[key], str):
+            raise MsprobeError(f"{where}: '{key}' must be a string")
+    extract_path = obj.get("extract_api_path")
+    if not extract_path:
+        raise MsprobeError(f"{where}: 'extract_api_path' is required (where the extracted API json is written or read)")
+    propagation = obj.get("propagation") or "forward"
+    if propagation not in ("forward", "backward"):
+        raise MsprobeError(f"{where}: propagation is invalid, it should be one of ['forward', 'backward'], not {propagation!r}")
+    data_mode = obj.get("data_mode") or "random_data"
+    if data_mode not in ("random_data", "real_data"):
+        raise MsprobeError(f"{where}: data_mode is invalid, it should be one of ['random_data', 'real_data'], not {data_mode!r}")
+    seed = _int_field(obj, "random_seed", 1234, where, 0, 2 ** 63 - 1)
+    iters = _int_field(obj, "iter_times", 1, where, 1, MAX_ITER_TIMES)
+    dump_path = obj.get("dump_json_path") or None
+    api_name = obj.get("api_name") or None
+    if dump_path:
+        dump_path = check_path(dump_path, f"{where}: dump_json_path", "file")
+        if not api_name:
+            raise MsprobeError(f"{where}: 'api_name' is required with 'dump_json_path' (e.g. \"Functional.softmax.0\")")
+    if api_name is not None:
+        api_name = api_name.strip()
+        for suffix in (".forward", ".backward"):
+            if api_name.endswith(suffix):
+                api_name = api_name[: -len(suffix)]
+        if not _NAME_RE.match(api_name) or len(api_name) > 300:
+            raise MsprobeError(f"{where}: api_name {api_name!r} is not a dump name such as Functional.softmax.0 "
+                               f"(letters, digits, '_', '.', '-'; at most 300 characters)")
+    if not dump_path:
+        check_path(extract_path, f"{where}: extract_api_path (no dump_json_path given, so it must exist)", "file")
+    return OpGenConfig(
+        config_path=os.path.abspath(config_path), output_dir=output_dir,
+        extract_api_path=os.path.abspath(extract_path),
+        dump_json_path=dump_path, api_name=api_name, propagation=propagation, data_mode=data_mode,
+        random_seed=seed, iter_times=iters,
+    )
+
+
+# ---- extraction ----
+
+def _tensor_dir(dump: dict, dump_json_path: str) -> str:
+    """Where the dump's .pt files are: dump_data_dir when it exists, else dump_tensor_data beside dump.json
+    (a dump copied to another machine keeps the old absolute dump_data_dir)."""
+    recorded = dump.get("dump_data_dir")
+    if isinstance(recorded, str) and recorded and os.path.isdir(recorded):
+        return recorded
+    return os.path.join(os.path.dirname(os.path.abspath(dump_json_path)), "dump_tensor_data")
+
+
+def _absolute_data_names(obj: Any, directory: str) -> Any:
+    if isinstance(obj, dict):
+        out = {}
+        for k, v in obj.items():
+            if k == "data_name" and isinstance(v, str) and v and not os.path.isabs(v):
+                out[k] = os.path.join(directory, v)
+            else:
+                out[k] = _absolute_data_names(v, directory)
+        return out
+    if isinstance(obj, list):
+        return [_absolute_data_names(v, directory) for v in obj]
+    return obj
+
+
+def extract(cfg: OpGenConfig) -> Dict[str, dict]:
+    """The API's forward (and backward) records from dump.json, with tensor file paths made absolute.
+
+    Written to extract_api_path (never replacing a different file); without dump_json_path the
+    previously extracted (possibly hand-edited) file is read instead."""
+    if not cfg.dump_json_path:
+        entries = load_json(cfg.extract_api_path, "extracted API json (extract_api_path)")
+        if not isinstance(entries, dict) or not entries:
+            raise MsprobeError(f"extract_api_path {cfg.extract_api_path}: expected an object of the API's forward/backward records")
+        return entries
+    dump = load_dump_json(cfg.dump_json_path)
+    data = dump.get("data") if isinstance(dump, dict) else None
+    if not isinstance(data, dict):
+        raise MsprobeError(f"dump.json {cfg.dump_json_path} has no 'data' object; pass the dump.json of a PyTorch dump")
+    prefix = cfg.api_name + "."
+    entries = {k: v for k, v in data.items() if k.startswith(prefix) and k.count(".") == cfg.api_name.count(".") + 1}
+    if not entries:
+        bare = {k.rsplit(".", 1)[0] for k in data if k.endswith((".forward", ".backward"))}
+        close = difflib.get_close_matches(cfg.api_name, sorted(bare), n=3, cutoff=0.6)
+        hint = f"; close names: {', '.join(close)}" if close else ""
+        raise MsprobeError(f"api '{cfg.api_name}' is not in dump.json {cfg.dump_json_path}{hint} "
+                           f"(names are as in the compare report without .forward/.backward, e.g. Functional.linear.0)")
+    directory = _tensor_dir(dump, cfg.dump_json_path)
+    entries = {k: _absolute_data_names(v, directory) for k, v in entries.items()}
+    _write_extract(cfg.extract_api_path, entries)
+    return entries
+
+
+def _write_extract(path: str, entries: Dict[str, dict]) -> None:
+    text = orjson.dumps(entries, option=orjson.OPT_INDENT_2)
+    if os.path.exists(path):
+        try:
+            with open(path, "rb") as fh:
+                same = orjson.loads(fh.read()) == orjson.loads(text)
+        except (OSError, orjson.JSONDecodeError):
+            same = False
+        if same:
+            return
+        raise MsprobeError(f"extract_api_path {path} exists and holds something else; remove it or choose another "
+                           f"extract_api_path (msprobe never overwrites a file)")
+    parent = os.path.dirname(path)
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as exc:
+        raise MsprobeError(f"cannot create directory {parent} for extract_api_path: {exc.strerror}")
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as fh:
+            fh.write(text)
+
+    atomic_write(path, write)
+
+
+# ---- from records to a case ----
+
+@dataclass(frozen=True)
+class Case:
+    full_name: str          # Functional.linear.0.forward (or .backward)
+    api_name: str           # Functional.linear.0
+    kind: str               # Functional / Tensor / Torch
+    func: str               # linear, __add__, linalg.norm
+    propagation: str
+    data_mode: str
+    seed: int
+    iter_times: int
+    args: Any
+    kwargs: Any
+    grads: Any
+    autocast: Optional[str]
+    outputs: Any
+
+
+def _split_name(full: str) -> Tuple[str, str]:
+    parts = full.split(".")
+    if len(parts) < 4:
+        raise MsprobeError(f"API name {full!r} is not Type.name.N.direction; cannot tell which function to call")
+    kind, func = parts[0], ".".join(parts[1:-2])
+    if kind not in API_KINDS:
+        raise MsprobeError(f"API {full}: type {kind!r} is not supported; op_generate reproduces {', '.join(API_KINDS)} APIs")
+    return kind, func
+
+
+class _Tensor:
+    """A tensor record in the case (rendered as T(...))."""
+
+    __slots__ = ("rec",)
+
+    def __init__(self, rec: dict) -> None:
+        self.rec = rec
+
+
+class _Literal:
+    """Python source emitted as-is (e.g. DType('torch.float16'))."""
+
+    __slots__ = ("src",)
+
+    def __init__(self, src: str) -> None:
+        self.src = src
+
+
+def _convert(item: Any, where: str) -> Any:
+    """One recorded argument -> a value in the case (tensor records, literals, plain Python values)."""
+    if item is None:
+        return None
+    if isinstance(item, list):
+        return [_convert(v, f"{where}[{i}]") for i, v in enumerate(item)]
+    if not isinstance(item, dict):
+        return item
+    if not item:
+        return _Literal("Unrecorded()")
+    typ = item.get("type")
+    if typ in TENSOR_TYPES:
+        if not isinstance(item.get("shape"), list) or not isinstance(item.get("dtype"), str):
+            raise MsprobeError(f"{where}: tensor record without shape/dtype; the dump is damaged")
+        return _Tensor(item)
+    if typ in ("int", "float", "bool", "str") or (isinstance(typ, str) and typ.startswith(("numpy.", "float", "int", "uint", "bool"))) and typ != "numpy.ndarray":
+        return item.get("value")
+    if typ == "slice":
+        v = item.get("value") or [None, None, None]
+        return _Literal(f"slice({', '.join(repr(x) for x in v)})")
+    if typ == "ellipsis":
+        return _Literal("Ellipsis")
+    if typ == "torch.dtype":
+        return _Literal(f"DType({item.get('value')!r})")
+    if typ == "torch.device":
+        return _Literal(f"Device({item.get('value')!r})")
+    if typ == "torch.Size":
+        return _Literal(f"torch.Size({list(item.get('value') or [])!r})")
+    if typ == "torch.memory_format":
+        return _Literal(f"torch.{item.get('format', 'contiguous_format')}")
+    if typ is None:
+        # a dict argument (kwargs dict, namedtuple fields): convert its values
+        return {k: _convert(v, f"{where}.{k}") for k, v in item.items()}
+    if typ in ("torch.ProcessGroup", "torch.distributed.ReduceOp") or "class_type" in item:
+        raise MsprobeError(f"{where}: a communication argument ({typ}); communication APIs cannot be reproduced alone")
+    raise MsprobeError(f"{where}: argument type {typ!r} cannot be rebuilt by op_generate; reproduce this API by hand")
+
+
+def _tensors(obj: Any) -> List[dict]:
+    if isinstance(obj, _Tensor):
+        return [obj.rec]
+    if isinstance(obj, list):
+        return [t for v in obj for t in _tensors(v)]
+    if isinstance(obj, dict):
+        return [t for v in obj.values() for t in _tensors(v)]
+    return []
+
+
+_FLOAT_ORDER = {"torch.float16": 1, "torch.bfloat16": 1, "torch.float32": 2, "torch.float64": 3}
+
+
+def _autocast(args: Any, kwargs: Any, outputs: Any) -> Optional[str]:
+    """The autocast dtype the API evidently ran under, or None.
+
+    Floating inputs and outputs of more than one dtype (fp32 weights -> fp16 conv2d output, fp16 logits ->
+    fp32 cross_entropy, fp16 activations with fp32 weights) mean the call ran under autocast: the script
+    runs it under torch.autocast with the lowest of those dtypes.  Autocast leaves ops outside its lists
+    (batch_norm with fp32 running stats, say) as they are, so this is safe for them too."""
+    found = {t["dtype"] for t in _tensors(args) + _tensors(kwargs) + _tensors(outputs) if t["dtype"] in _FLOAT_ORDER}
+    if len(found) < 2:
+        return None
+    low = min(found, key=lambda d: _FLOAT_ORDER[d])
+    return low if _FLOAT_ORDER[low] == 1 else None
+
+
+def build_case(cfg: OpGenConfig, entries: Dict[str, dict]) -> Case:
+    """Validate the extracted records and turn them into a Case; real_data needs every tensor's file."""
+    src = cfg.extract_api_path if not cfg.dump_json_path else cfg.dump_json_path
+    forward = [k for k in entries if k.endswith(".forward")]
+    backward = [k for k in entries if k.endswith(".backward")]
+    if len(forward) > 1 or len(backward) > 1 or len(entries) > 2:
+        raise MsprobeError(f"{src}: more than one API matched ({', '.join(sorted(entries))}); give the full api_name with its number")
+    if not forward:
+        raise MsprobeError(f"{src}: no forward record for {cfg.api_name or 'the API'}; op_generate needs the forward inputs")
+    fkey = forward[0]
+    fwd = entries[fkey]
+    if not isinstance(fwd, dict) or not fwd:
+        raise MsprobeError(f"{src}: the forward record {fkey} is empty")
+    api_name = fkey[: -len(".forward")]
+    kind, func = _split_name(fkey)
+    bwd = None
+    full = fkey
+    if cfg.propagation == "backward":
+        if not backward or not isinstance(entries[backward[0]], dict) or not entries[backward[0]]:
+            raise MsprobeError(f"{src} has no backward record for {api_name} ({api_name}.backward), which propagation "
+                               f"'backward' needs; dump with a backward pass, or use propagation 'forward'")
+        full = backward[0]
+        bwd = entries[full]
+    args = _convert(fwd.get("input_args", []), f"{fkey} input_args")
+    kwargs_raw = fwd.get("input_kwargs") or {}
+    if not isinstance(kwargs_raw, dict):
+        raise MsprobeError(f"{src}: {fkey} input_kwargs must be an object")
+    kwargs = {k: _convert(v, f"{fkey} input_kwargs.{k}") for k, v in kwargs_raw.items()}
+    outputs = _convert(fwd.get("output", []), f"{fkey} output")
+    grads: Any = []
+    if bwd is not None:
+        grads = _convert(bwd.get("input", bwd.get("grad_input", [])) or [], f"{full} input")
+    needed = _tensors(args) + _tensors(kwargs) + _tensors(grads)
+    if cfg.data_mode == "real_data":
+        missing = [t for t in needed if not t.get("data_name")]
+        if missing:
+            raise MsprobeError(f"{src}: real_data mode needs the recorded tensors, but {len(missing)} of the {len(needed)} "
+                               f"input tensors of {full} have no data_name; dump with task 'tensor' or use data_mode 'random_data'")
+        absent = [t["data_name"] for t in needed if not os.path.isfile(t["data_name"])]
+        if absent:
+            raise MsprobeError(f"real_data mode: tensor file {absent[0]} not found ({len(absent)} missing); "
+                               f"copy the dump's dump_tensor_data next to dump.json or use data_mode 'random_data'")
+    return Case(
+        full_name=full, api_name=api_name, kind=kind, func=func, propagation=cfg.propagation,
+        data_mode=cfg.data_mode, seed=cfg.random_seed, iter_times=1 if cfg.data_mode == "real_data" else cfg.iter_times,
+        args=args, kwargs=kwargs, grads=grads, autocast=_autocast(args, kwargs, outputs), outputs=outputs,
+    )
+
+
+# ---- rendering ----
+
+def _num(v: Any) -> str:
+    if isinstance(v, bool) or v is None:
+        return repr(v)
+    if isinstance(v, float):
+        if math.isnan(v):
+            return 'float("nan")'
+        if math.isinf(v):
+            return 'float("inf")' if v > 0 else 'float("-inf")'
+        return repr(v)
+    if isinstance(v, int):
+        return repr(v)
+    if isinstance(v, str):  # stats written as text by some dumps
+        try:
+            return _num(float(v))
+        except ValueError:
+            return "None"
+    return "None"
+
+
+def _tensor_src(rec: dict) -> str:
+    parts = [repr(rec["dtype"]), repr([int(s) for s in rec["shape"]])]
+    for key, name in (("Min", "min"), ("Max", "max"), ("Mean", "mean"), ("Norm", "norm")):
+        if rec.get(key) is not None:
+            parts.append(f"{name}={_num(rec[key])}")
+    if rec.get("requires_grad"):
+        parts.append("requires_grad=True")
+    if rec.get("data_name"):
+        parts.append(f"file={rec['data_name']!r}")
+    return f"T({', '.join(parts)})"
+
+
+def _src(obj: Any, indent: int) -> str:
+    pad = " " * indent
+    if isinstance(obj, _Tensor):
+        return _tensor_src(obj.rec)
+    if isinstance(obj, _Literal):
+        return obj.src
+    if isinstance(obj, list):
+        if not obj:
+            return "[]"
+        inner = ",\n".join(pad + "    " + _src(v, indent + 4) for v in obj)
+        return "[\n" + inner + ",\n" + pad + "]"
+    if isinstance(obj, dict):
+        if not obj:
+            return "{}"
+        inner = ",\n".join(f"{pad}    {k!r}: {_src(v, indent + 4)}" for k, v in obj.items())
+        return "{\n" + inner + ",\n" + pad + "}"
+    if isinstance(obj, (int, float, bool)) or obj is None:
+        return _num(obj)
+    return repr(obj)
+
+
+def runtime_source() -> str:
+    """The code every script carries: the imports and runtime of runtime.py with the standards lists of
+    standards.py pasted in place of its msprobe import (so the script needs no msprobe)."""
+    with open(STANDARDS_FILE, "r", encoding="utf-8") as fh:
+        lists = fh.read()
+    lists = lists[lists.index('"""', 3) + 3:].strip("\n") + "\n"  # drop the module docstring
+    with open(RUNTIME_FILE, "r", encoding="utf-8") as fh:
+        runtime = fh.read()
+    marker = "from msprobe.pytorch.op_generate.standards import *  # msprobe-only\n"
+    if marker not in runtime:
+        raise RuntimeError("runtime.py lost its standards import marker")
+    return runtime.replace(marker, lists)
+
+
+def standard_of(func: str) -> str:
+    """The precision standard for a function name (same lists as the script uses)."""
+    return standards.standard_for(func.rsplit(".", 1)[-1])
+
+
+def render_script(case: Case, source_note: str) -> str:
+    std = standard_of(case.func)
+    target = f"{API_KINDS[case.kind]}.{case.func}"
+    header = (
+        f'#!/usr/bin/env python3\n'
+        f'"""Reproduce {case.full_name} ({target}) alone.\n\n'
+        f'Generated by msprobe op_generate from {source_note}.\n'
+        f'Runs the API on the device (NPU if present, else CUDA, else CPU) and on the CPU in higher precision,\n'
+        f'then judges the outputs by the {std} standard and prints pass / warning / error per output.\n'
+        f'Needs only torch (and torch_npu for an NPU).  Edit the data block at the end to try other inputs.\n\n'
+        f'    python {case.full_name}.py [--device auto|npu|cuda|cpu] [--data-mode random_data|real_data]\n'
+        f'                               [--iter-times N] [--seed S]\n\n'
+        f'Exit status: 0 when every output passes or warns, 1 when any output is judged "error".\n'
+        f'"""\n'
+    )
+    data = [
+        "",
+        "# ---- the recorded call ----",
+        f"FULL_NAME = {case.full_name!r}",
+        f"API = ({case.kind!r}, {case.func!r})  # {target}",
+        f"PROPAGATION = {case.propagation!r}",
+        f"STANDARD = {std!r}",
+        f"DATA_MODE = {case.data_mode!r}",
+        f"SEED = {case.seed!r}",
+        f"ITER_TIMES = {case.iter_times!r}",
+        f"AUTOCAST = {case.autocast!r}  # recorded output dtypes show the call ran under autocast"
+        if case.autocast else "AUTOCAST = None",
+        f"ARGS = {_src(case.args, 0)}",
+        f"KWARGS = {_src(case.kwargs, 0)}",
+        f"GRADS = {_src(case.grads, 0)}  # gradients of the outputs (backward only)",
+        f"RECORDED_OUTPUTS = {_src(case.outputs, 0)}",
+        "",
+        "",
+        'if __name__ == "__main__":',
+        "    sys.exit(reproduce(dict(FULL_NAME=FULL_NAME, API=API, PROPAGATION=PROPAGATION, STANDARD=STANDARD,",
+        "                            DATA_MODE=DATA_MODE, SEED=SEED, ITER_TIMES=ITER_TIMES, AUTOCAST=AUTOCAST,",
+        "                            ARGS=ARGS, KWARGS=KWARGS, GRADS=GRADS, RECORDED_OUTPUTS=RECORDED_OUTPUTS)))",
+        "",
+    ]
+    return header + runtime_source() + "\n".join(data)
+
+
+@dataclass(frozen=True)
+class OpGenResult:
+    script: str
+    extract_path: str
+    case: Case
+    standard: str
+
+
+def generate(cfg: OpGenConfig) -> OpGenResult:
+    out_dir = ensure_output_dir(cfg.output_dir)
+    entries = extract(cfg)
+    case = build_case(cfg, entries)
+    note = f"{cfg.dump_json_path}" if cfg.dump_json_path else f"{cfg.extract_api_path}"
+    text = render_script(case, note)
+    compile(text, case.full_name, "exec")  # a generator bug must not leave a broken script behind
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+
+    path = atomic_write(os.path.join(out_dir, f"{case.full_name}.py"), write, mode=0o750)
+    return OpGenResult(script=path, extract_path=cfg.extract_api_path, case=case, standard=standard_of(case.func))

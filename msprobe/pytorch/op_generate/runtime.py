@@ -1,0 +1,554 @@
+# ---------------------------------------------------------------------------------------------
+# msprobe op_generate runtime.  This text is copied verbatim into every generated script, so the
+# script runs with torch alone (no msprobe needed).  It rebuilds the recorded inputs, runs the API
+# on the device and on the CPU in higher precision, and judges the difference by the precision
+# standard that applies to the API.
+# ---------------------------------------------------------------------------------------------
+import argparse
+import math
+import os
+import sys
+
+import torch
+
+from msprobe.pytorch.op_generate.standards import *  # msprobe-only
+
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def parse_dtype(text):
+    """'torch.float16' -> torch.float16."""
+    value = getattr(torch, str(text).rsplit(".", 1)[-1], None)
+    if not isinstance(value, torch.dtype):
+        raise ValueError(f"unknown dtype {text!r}")
+    return value
+
+
+# ---- argument records (the data block below the runtime is written with these) ----
+
+class T:
+    """A recorded tensor: dtype, shape, statistics and, for real data, its .pt file."""
+
+    def __init__(self, dtype, shape, min=None, max=None, mean=None, norm=None, requires_grad=False, file=None):
+        self.dtype, self.shape = dtype, list(shape)
+        self.min, self.max, self.mean, self.norm = min, max, mean, norm
+        self.requires_grad, self.file = bool(requires_grad), file
+
+    def __repr__(self):
+        return f"T({self.dtype!r}, {self.shape})"
+
+
+class DType:
+    """A torch.dtype argument; the benchmark run raises floating dtypes to its precision."""
+
+    def __init__(self, name):
+        self.name = name
+
+
+class Device:
+    """A device argument; every run substitutes its own device."""
+
+    def __init__(self, recorded=None):
+        self.recorded = recorded
+
+
+class Unrecorded:
+    """A positional torch.dtype / torch.device argument: dumps record it as {}; passed as None."""
+
+
+# ---- building inputs ----
+
+def _finite(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def random_tensor(spec, gen):
+    """Random data with the recorded shape and dtype that reproduces the recorded Min/Max (first and
+    last element) and, when Mean and Norm are known, the recorded mean and spread."""
+    dtype = parse_dtype(spec.dtype)
+    shape = [int(s) for s in spec.shape]
+    n = math.prod(shape)
+    if n == 0:
+        return torch.empty(shape, dtype=dtype)
+    lo, hi = spec.min, spec.max
+    if dtype == torch.bool:
+        lo_b, hi_b = bool(lo) if lo is not None else False, bool(hi) if hi is not None else True
+        if lo_b == hi_b:
+            return torch.full(shape, lo_b, dtype=torch.bool)
+        flat = torch.randint(0, 2, (n,), generator=gen).bool()
+        flat[0], flat[-1] = lo_b, hi_b
+        return flat.reshape(shape)
+    if not (dtype.is_floating_point or dtype.is_complex):
+        ilo = int(math.floor(lo)) if _finite(lo) else 0
+        ihi = int(math.ceil(hi)) if _finite(hi) else max(ilo, 0) + 10
+        ihi = max(ihi, ilo)
+        flat = torch.randint(ilo, ihi + 1, (n,), generator=gen, dtype=torch.int64)
+        flat[0], flat[-1] = ilo, ihi
+        return flat.to(dtype).reshape(shape)
+    if dtype.is_complex:
+        return torch.randn(shape, generator=gen, dtype=dtype)
+    flo = float(lo) if _finite(lo) else -1.0
+    fhi = float(hi) if _finite(hi) else 1.0
+    if fhi < flo:
+        flo, fhi = fhi, flo
+    mean, norm = spec.mean, spec.norm
+    if _finite(mean) and _finite(norm) and n > 2 and fhi > flo:
+        rms = float(norm) / math.sqrt(n)
+        std = math.sqrt(max(rms * rms - float(mean) ** 2, 0.0))
+        flat = torch.randn(n, generator=gen, dtype=torch.float64) * std + float(mean)
+        flat = flat.clamp_(flo, fhi)
+    else:
+        flat = torch.rand(n, generator=gen, dtype=torch.float64) * (fhi - flo) + flo
+    # the recorded extremes, including inf/nan when the dump saw them
+    flat[0] = float(lo) if isinstance(lo, (int, float)) and not isinstance(lo, bool) else flo
+    flat[-1] = float(hi) if isinstance(hi, (int, float)) and not isinstance(hi, bool) else fhi
+    return flat.to(dtype).reshape(shape)
+
+
+def load_tensor(spec):
+    if not spec.file:
+        raise SystemExit(f"error: no tensor file recorded for {spec!r}; use --data-mode random_data")
+    if not os.path.isfile(spec.file):
+        raise SystemExit(f"error: tensor file {spec.file} not found; use --data-mode random_data or fix the path")
+    try:
+        t = torch.load(spec.file, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - report a damaged file in one line
+        raise SystemExit(f"error: cannot load {spec.file}: {exc}")
+    if not isinstance(t, torch.Tensor):
+        raise SystemExit(f"error: {spec.file} does not hold a tensor")
+    return t
+
+
+def materialise(obj, make):
+    """Replace every T in a nested argument structure by make(T)."""
+    if isinstance(obj, T):
+        return make(obj)
+    if isinstance(obj, list):
+        return [materialise(v, make) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(materialise(v, make) for v in obj)
+    if isinstance(obj, dict):
+        return {k: materialise(v, make) for k, v in obj.items()}
+    return obj
+
+
+def bench_dtype(specs):
+    """One benchmark dtype for all floating inputs: float64 if anything is float32/64, else float32."""
+    wide = any(parse_dtype(s.dtype) in (torch.float32, torch.float64) for s in specs)
+    return torch.float64 if wide else torch.float32
+
+
+def place(obj, device, float_dtype=None, dtype_map=None):
+    """Copy tensors to a device (and floating tensors to float_dtype); resolve DType/Device/Unrecorded."""
+    if isinstance(obj, torch.Tensor):
+        t = obj.detach()
+        if float_dtype is not None and t.is_floating_point():
+            t = t.to(float_dtype)
+        t = t.to(device).clone()
+        return t
+    if isinstance(obj, DType):
+        d = parse_dtype(obj.name)
+        return dtype_map.get(d, d) if dtype_map else d
+    if isinstance(obj, Device):
+        return torch.device(device)
+    if isinstance(obj, Unrecorded):
+        return None
+    if isinstance(obj, list):
+        return [place(v, device, float_dtype, dtype_map) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(place(v, device, float_dtype, dtype_map) for v in obj)
+    if isinstance(obj, dict):
+        return {k: place(v, device, float_dtype, dtype_map) for k, v in obj.items()}
+    return obj
+
+
+def grad_leaves(args, kwargs, specs_args, specs_kwargs):
+    """Tensors that were recorded with requires_grad=True, marked as leaves that need a gradient."""
+    leaves = []
+
+    def walk(value, spec):
+        if isinstance(spec, T) and isinstance(value, torch.Tensor):
+            if spec.requires_grad and (value.is_floating_point() or value.is_complex()):
+                value.requires_grad_(True)
+                leaves.append(value)
+        elif isinstance(spec, (list, tuple)) and isinstance(value, (list, tuple)):
+            for v, s in zip(value, spec):
+                walk(v, s)
+        elif isinstance(spec, dict) and isinstance(value, dict):
+            for k in spec:
+                if k in value:
+                    walk(value[k], spec[k])
+
+    walk(args, specs_args)
+    walk(kwargs, specs_kwargs)
+    return leaves
+
+
+def flatten(obj):
+    if isinstance(obj, (list, tuple)):
+        out = []
+        for v in obj:
+            out.extend(flatten(v))
+        return out
+    return [obj]
+
+
+def resolve_api(kind, name):
+    root = {"Functional": torch.nn.functional, "Tensor": torch.Tensor, "Torch": torch}[kind]
+    fn = root
+    for part in name.split("."):
+        fn = getattr(fn, part)
+    return fn
+
+
+def pick_device(choice):
+    if choice in ("auto", "npu"):
+        try:
+            import torch_npu  # noqa: F401
+            if torch.npu.is_available():
+                return "npu:0"
+        except Exception:  # noqa: BLE001 - no usable torch_npu: try the next device
+            pass
+        if choice == "npu":
+            raise SystemExit("error: --device npu asked for, but torch_npu or an NPU is not available")
+    if choice in ("auto", "cuda"):
+        if torch.cuda.is_available():
+            return "cuda:0"
+        if choice == "cuda":
+            raise SystemExit("error: --device cuda asked for, but CUDA is not available")
+    return "cpu"
+
+
+def run_once(fn, args, kwargs, propagation, grads, specs_args, specs_kwargs, autocast_dtype, device):
+    """Call the API (and its backward); returns the list of compared outputs."""
+    leaves = grad_leaves(args, kwargs, specs_args, specs_kwargs) if propagation == "backward" else []
+    if autocast_dtype is not None:
+        with torch.autocast(device_type=torch.device(device).type, dtype=autocast_dtype):
+            out = fn(*args, **kwargs)
+    else:
+        out = fn(*args, **kwargs)
+    if propagation == "forward":
+        return flatten(out)
+    if not leaves:
+        raise SystemExit("error: no input of this API was recorded with requires_grad=True: there is no backward to reproduce")
+    outs, gouts = [], []
+    for o, g in zip(flatten(out), flatten(grads)):
+        if isinstance(o, torch.Tensor) and o.requires_grad and isinstance(g, torch.Tensor):
+            outs.append(o)
+            gouts.append(g.to(o.dtype) if g.dtype != o.dtype and g.is_floating_point() else g)
+    if not outs:
+        raise SystemExit("error: the recorded gradients do not match any output that requires grad")
+    res = torch.autograd.grad(outputs=outs, inputs=leaves, grad_outputs=gouts, allow_unused=True)
+    return list(res)
+
+
+# ---- metrics ----
+
+EPS = {torch.float32: 2.0 ** -23, torch.float64: 2.0 ** -52}
+ABS_THRESHOLDS = {torch.float16: (1e-3, 1e-3, 1e-5), torch.bfloat16: (4e-3, 1e-3, 1e-5)}  # rtol, small, atol
+ABS_DEFAULT = (1e-6, 1e-6, 1e-9)
+BENCH_THRESHOLDS = {torch.float16: (1e-3, 1e-5), torch.bfloat16: (1e-3, 1e-5)}  # small value, atol
+BENCH_DEFAULT = (1e-6, 1e-9)
+ULP_PARAMS = {torch.float16: (-14, 10), torch.bfloat16: (-126, 7)}  # min exponent, mantissa bits
+ULP_DEFAULT = (-126, 23)
+MIN_ERR = {torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}
+MIN_ERR_DEFAULT = 2.0 ** -14
+# benchmark ratio bands (pass <= first, warning <= second, else error), as documented
+BENCH_BANDS = {"Small Value Error Proportion": (1, 2), "Maximum Relative Error": (1, 10),
+               "Mean Relative Error": (1, 2), "Root Mean Squared Error": (1, 2), "Error Balance": (1, 2)}
+
+
+def _errors(d, b):
+    d64, b64 = d.to(torch.float64), b.to(torch.float64)
+    finite = torch.isfinite(d64) & torch.isfinite(b64)
+    ae = (d64 - b64).abs()
+    eps = EPS.get(b.dtype, 2.0 ** -23)
+    re = ae / (b64.abs() + eps)
+    # a non-finite value must be the same non-finite value on both sides
+    nonfinite = ~torch.isfinite(b64) | ~torch.isfinite(d64)
+    same = (d64 == b64) | (torch.isnan(d64) & torch.isnan(b64))
+    mismatch = int((nonfinite & ~same).sum())
+    return d64, b64, finite, ae, re, mismatch
+
+
+def binary_metrics(d, b):
+    same = (d == b) | (torch.isnan(d) & torch.isnan(b)) if d.is_floating_point() else (d == b)
+    return {"Error Rate": float((~same).sum()) / d.numel()}
+
+
+def absolute_metrics(d, b, dev_dtype):
+    rtol, small_value, atol = ABS_THRESHOLDS.get(dev_dtype, ABS_DEFAULT)
+    d64, b64, finite, ae, re, mismatch = _errors(d, b)
+    small = finite & (b64.abs() <= small_value)
+    normal = finite & ~small
+    n_normal, n_small = int(normal.sum()), int(small.sum())
+    return {
+        "Relative Error Ratio": float((re[normal] > rtol).sum()) / n_normal if n_normal else 0.0,
+        "Absolute Error Ratio": float((ae[small] > atol).sum()) / n_small if n_small else 0.0,
+        "Inf/NaN Mismatch Proportion": mismatch / d.numel(),
+    }
+
+
+def ulp_errors(d, b, dev_dtype):
+    min_exp, mantissa = ULP_PARAMS.get(dev_dtype, ULP_DEFAULT)
+    calc = torch.float64 if dev_dtype not in LOW_PRECISION else torch.float32
+    dc, bc = d.to(calc), b.to(calc)
+    absb = bc.abs()
+    exp = torch.where(absb == 0, torch.zeros_like(absb), torch.floor(torch.log2(absb)))
+    exp = exp.clamp(min=min_exp)
+    return ((dc - bc) * torch.pow(2.0, mantissa - exp)).abs()
+
+
+def ulp_metrics(d, b, dev_dtype):
+    ulp = ulp_errors(d, b, dev_dtype)
+    finite = torch.isfinite(ulp)
+    limit = 1 if dev_dtype in LOW_PRECISION else 32
+    vals = ulp[finite]
+    return {
+        "Maximum ULP Error": float(vals.max()) if vals.numel() else 0.0,
+        "Mean ULP Error": float(vals.mean()) if vals.numel() else 0.0,
+        "ULP Error Proportion": float((ulp > limit).sum() + (~finite).sum()) / ulp.numel(),
+    }
+
+
+def thousandth_metrics(d, b):
+    _, _, finite, _, re, mismatch = _errors(d, b)
+    return {"Thousandth ratio": float(((re < 0.001) & finite).sum()) / d.numel(),
+            "Inf/NaN Mismatch Proportion": mismatch / d.numel()}
+
+
+def benchmark_metrics(d, b, dev_dtype):
+    small_value, atol = BENCH_THRESHOLDS.get(dev_dtype, BENCH_DEFAULT)
+    d64, b64, finite, ae, re, mismatch = _errors(d, b)
+    small = finite & (b64.abs() <= small_value)
+    normal = finite & ~small
+    n_normal, n_small = int(normal.sum()), int(small.sum())
+    return {
+        "Small Value Error Proportion": float((ae[small] > atol).sum()) / n_small if n_small else 0.0,
+        "Maximum Relative Error": float(re[normal].max()) if n_normal else 0.0,
+        "Mean Relative Error": float(re[normal].sum()) / n_normal if n_normal else 0.0,
+        "Root Mean Squared Error": math.sqrt(float((ae[normal] ** 2).sum()) / n_normal) if n_normal else 0.0,
+        "Error Balance": abs(int((d64 > b64).sum()) - int((d64 < b64).sum())) / d.numel(),
+        "Inf/NaN Mismatch Proportion": mismatch / d.numel(),
+    }
+
+
+def ratio(x, y, dev_dtype):
+    """Device metric over the reference implementation's metric, floored like the reference tool."""
+    return abs(x) / max(abs(y), MIN_ERR.get(dev_dtype, MIN_ERR_DEFAULT))
+
+
+def judge(standard, dev_dtype, m, ref=None):
+    """Metric rows (name, value, ratio, verdict) and the worst verdict for one output.
+
+    ``m``: the device-vs-benchmark metrics; ``ref``: the same metrics of the reference implementation
+    (the API in the device dtype on the CPU), used by the ratio-based benchmark and ULP rules."""
+    rows = []
+    if standard == "binary":
+        rows.append(("Error Rate", m["Error Rate"], "", "pass" if m["Error Rate"] == 0 else "error"))
+    elif standard == "absolute":
+        for key in ("Relative Error Ratio", "Absolute Error Ratio"):
+            rows.append((key, m[key], "", "pass" if m[key] == 0 else "error"))
+    elif standard == "ulp":
+        prop, mean = m["ULP Error Proportion"], m["Mean ULP Error"]
+        r = prop / ref["ULP Error Proportion"] if ref is not None and ref["ULP Error Proportion"] > 0 else None
+        beats_ref = r is not None and r < 1
+        if dev_dtype in LOW_PRECISION:
+            ok = prop < 0.001 or beats_ref
+        else:
+            ok = mean < 64 or prop < 0.05 or beats_ref
+        rows.append(("Maximum ULP Error", m["Maximum ULP Error"], "", ""))
+        rows.append(("Mean ULP Error", mean, "", ""))
+        rows.append(("ULP Error Proportion", prop, "" if r is None else r, "pass" if ok else "error"))
+    elif standard == "thousandth":
+        v = m["Thousandth ratio"]
+        rows.append(("Thousandth ratio", v, "", "pass" if v > 0.999 else "error"))
+    else:
+        for key, (warn, err) in BENCH_BANDS.items():
+            if ref is None:
+                rows.append((key, m[key], "", ""))
+                continue
+            r = ratio(m[key], ref[key], dev_dtype)
+            verdict = "pass" if (math.isnan(r) or r <= warn) else ("warning" if r <= err else "error")
+            rows.append((key, m[key], r, verdict))
+    if "Inf/NaN Mismatch Proportion" in m:
+        v = m["Inf/NaN Mismatch Proportion"]
+        rows.append(("Inf/NaN Mismatch Proportion", v, "", "pass" if v == 0 else "error"))
+    return rows, worst([r[-1] for r in rows])
+
+
+def worst(verdicts):
+    order = {"": 0, "pass": 1, "warning": 2, "error": 3}
+    best = max(verdicts, key=lambda v: order.get(v, 0), default="")
+    return best or "pass"
+
+
+def metrics_for(standard, d, b, dev_dtype):
+    if standard == "binary":
+        return binary_metrics(d, b)
+    if standard == "absolute":
+        return absolute_metrics(d, b, dev_dtype)
+    if standard == "ulp":
+        return ulp_metrics(d, b, dev_dtype)
+    if standard == "thousandth":
+        return thousandth_metrics(d, b)
+    return benchmark_metrics(d, b, dev_dtype)
+
+
+def fmt(v):
+    if isinstance(v, float):
+        if v != v or v in (float("inf"), float("-inf")):
+            return str(v)
+        return f"{v:.6g}"
+    return str(v)
+
+
+def table(rows):
+    """A grid table of (metric, value, ratio, verdict) rows; the ratio column only when used."""
+    with_ratio = any(r[2] != "" for r in rows)
+    headers = ("Metric", "Value", "Ratio", "Verdict") if with_ratio else ("Metric", "Value", "Verdict")
+    cells = [headers]
+    for name, value, r, verdict in rows:
+        cells.append((str(name), fmt(value), fmt(r), str(verdict)) if with_ratio else (str(name), fmt(value), str(verdict)))
+    widths = [max(len(c[i]) for c in cells) for i in range(len(headers))]
+    line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+    out = [line]
+    for i, c in enumerate(cells):
+        out.append("| " + " | ".join(x.ljust(w) for x, w in zip(c, widths)) + " |")
+        out.append(line.replace("-", "=") if i == 0 else line)
+    return "\n".join(out)
+
+
+def compare_output(k, standard, d, b, ref, autocast=None):
+    """Print the comparison of output k; returns its verdict.
+
+    ``ref``: the reference implementation's output (None when the device is the CPU); ``autocast``: the
+    dtype the call computed in, which sets the thresholds for float32 outputs of an autocast call."""
+    print(f"index {k}:")
+    if d is None and b is None:
+        print("no gradient on either side (input unused)")
+        return "pass"
+    if type(d) is not type(b):
+        print("ERROR: out_device and out_bench is not the same type!")
+        return "error"
+    if not isinstance(d, torch.Tensor):
+        if d == b:
+            print("PASS: out_device and out_bench equals.")
+            return "pass"
+        print(f"ERROR: out_device and out_bench is not equal! ({d!r} vs {b!r})")
+        return "error"
+    d = d.detach().cpu()
+    b = b.detach().cpu()
+    if d.shape != b.shape:
+        print("ERROR: shape of out_device and out_bench is not equal!")
+        return "error"
+    if d.numel() == 0:
+        print("empty output: nothing to compare")
+        return "pass"
+    fam = lambda t: "float" if (t.is_floating_point() or t.is_complex()) else ("bool" if t.dtype == torch.bool else "int")
+    if fam(d) != fam(b):
+        print(f"ERROR: dtype family of out_device ({d.dtype}) and out_bench ({b.dtype}) differs!")
+        return "error"
+    std = standard if fam(d) == "float" else "binary"
+    if d.is_complex():
+        d, b = torch.view_as_real(d), torch.view_as_real(b)
+    judged = autocast if (autocast is not None and d.dtype == torch.float32) else d.dtype
+    m = metrics_for(std, d, b, judged)
+    if std in ("benchmark", "ulp"):
+        if ref is not None and isinstance(ref, torch.Tensor) and ref.shape == b.shape and fam(ref) == "float":
+            r = ref.detach().cpu()
+            r = torch.view_as_real(r) if r.is_complex() else r
+        else:  # no second implementation: the benchmark correctly rounded to the device precision
+            r = b.to(judged)
+        ref_m = metrics_for(std, r, b, judged)
+    else:
+        ref_m = None
+    rows = [("Shape", list(d.shape), "", ""), ("Dtype of out_device", d.dtype, "", ""),
+            ("Dtype of out_bench", b.dtype, "", ""), ("Compare Standard", STANDARD_TITLES[std], "", "")]
+    if judged != d.dtype:
+        rows.append(("Thresholds of", f"{judged} (computed under autocast)", "", ""))
+    metric_rows, verdict = judge(std, judged, m, ref_m)
+    print(table(rows + metric_rows))
+    print(f"verdict: {verdict}")
+    return verdict
+
+
+def check_recorded(outputs, recorded):
+    """Warn when the reproduction's output dtypes or shapes differ from what the dump recorded."""
+    if not recorded:
+        return
+    for k, (o, r) in enumerate(zip(outputs, flatten(recorded))):
+        if isinstance(o, torch.Tensor) and isinstance(r, T):
+            if str(o.dtype) != r.dtype or list(o.shape) != [int(x) for x in r.shape]:
+                print(f"warning: output {k} is {o.dtype} {list(o.shape)} here but was recorded as {r.dtype} {r.shape}; "
+                      f"the reproduction may not match the original call")
+
+
+def reproduce(spec):
+    """Run one generated case (``spec``: the data block of the script as a dict); returns the exit code."""
+    ap = argparse.ArgumentParser(description=f"Reproduce {spec['FULL_NAME']} alone on the device and judge it "
+                                             f"against the CPU in higher precision ({STANDARD_TITLES[spec['STANDARD']]}).")
+    ap.add_argument("--device", choices=("auto", "npu", "cuda", "cpu"), default="auto",
+                    help="device under test (default: NPU if present, else CUDA, else CPU)")
+    ap.add_argument("--data-mode", choices=("random_data", "real_data"), default=spec["DATA_MODE"],
+                    help=f"random inputs from the recorded statistics, or the recorded .pt tensors (default {spec['DATA_MODE']})")
+    ap.add_argument("--iter-times", type=int, default=spec["ITER_TIMES"], help="repetitions with fresh random data")
+    ap.add_argument("--seed", type=int, default=spec["SEED"], help="random seed")
+    opts = ap.parse_args()
+    if opts.iter_times < 1:
+        ap.error("--iter-times must be >= 1")
+    device = pick_device(opts.device)
+    kind, name = spec["API"]
+    fn = resolve_api(kind, name)
+    args_spec, kwargs_spec, grads_spec = spec["ARGS"], spec["KWARGS"], spec.get("GRADS", [])
+    propagation = spec["PROPAGATION"]
+    real = opts.data_mode == "real_data"
+    iters = 1 if real else opts.iter_times
+    autocast = parse_dtype(spec["AUTOCAST"]) if spec.get("AUTOCAST") else None
+    all_specs = [s for s in flatten([args_spec, list(kwargs_spec.values()), grads_spec]) if isinstance(s, T)]
+    bdtype = bench_dtype(all_specs)
+    raise_dtype = {torch.float16: bdtype, torch.bfloat16: bdtype, torch.float32: bdtype}
+    print(f"{spec['FULL_NAME']}: {kind}.{name} on {device}, benchmark on cpu in {bdtype}, "
+          f"{'real data' if real else 'random data (seed %d)' % opts.seed}"
+          + (f", autocast {autocast}" if autocast is not None else ""))
+    gen = torch.Generator().manual_seed(opts.seed)
+    torch.manual_seed(opts.seed)
+    verdicts = []
+    for i in range(iters):
+        make = load_tensor if real else (lambda s: random_tensor(s, gen))
+        args = materialise(args_spec, make)
+        kwargs = materialise(kwargs_spec, make)
+        grads = materialise(grads_spec, make)
+        runs = {}
+        for label, dev, fdt, dmap, ac in (("device", device, None, None, autocast),
+                                          ("bench", "cpu", bdtype, raise_dtype, None),
+                                          ("reference", "cpu", None, None, autocast)):
+            if label == "reference" and (dev == device or spec["STANDARD"] not in ("benchmark", "ulp")):
+                runs[label] = []  # the CPU has no second implementation; ratios use the rounded benchmark
+                continue
+            a = place(args, dev, fdt, dmap)
+            kw = place(kwargs, dev, fdt, dmap)
+            g = place(grads, dev, fdt, dmap)
+            torch.manual_seed(opts.seed + i)
+            runs[label] = run_once(fn, a, kw, propagation, g, args_spec, kwargs_spec,
+                                   ac if fdt is None else None, dev)
+        print(f"iter: {i}:")
+        print("Compare result:")
+        dev_out, bench_out, ref_out = runs["device"], runs["bench"], runs["reference"]
+        if len(dev_out) != len(bench_out):
+            print("ERROR: the number of outputs of out_device and out_bench differs!")
+            verdicts.append("error")
+            continue
+        if i == 0 and propagation == "forward":
+            check_recorded(dev_out, spec.get("RECORDED_OUTPUTS"))
+        for k, (d, b) in enumerate(zip(dev_out, bench_out)):
+            r = ref_out[k] if (device != "cpu" and k < len(ref_out)) else None
+            verdicts.append(compare_output(k, spec["STANDARD"], d, b, r, autocast))
+    final = worst(verdicts)
+    print("Compare finished.")
+    if spec["STANDARD"] in ("benchmark", "ulp"):
+        base = ("the benchmark rounded to the device dtype (the device is the CPU)" if device == "cpu"
+                else "the same API on the CPU in the device dtype")
+        print(f"Ratio = device metric / metric of {base}")
+    print(f"RESULT: {final.upper()} ({spec['FULL_NAME']}, {STANDARD_TITLES[spec['STANDARD']]})")
+    return 1 if final == "error" else 0
