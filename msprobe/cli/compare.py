@@ -21,6 +21,7 @@ EPILOG = """examples:
   msprobe compare -tp npu/dump.json -gp gpu/dump.json --csv     one pair, csv report
   msprobe -f pytorch compare -i compare.json -o out -s          legacy syntax (compare.json holds
                                                                 npu_path, bench_path, stack_path)
+  msprobe compare -tp npu/step0 -gp gpu/step0 -o out -da        also find the first divergence across ranks
 """
 
 
@@ -41,9 +42,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("-s", "--stack_mode", action="store_true",
                    help="show NPU_Stack_Info (default whenever stack.json is found; accepted for compatibility)")
     r.add_argument("-c", "--compare_only", action="store_true",
-                   help="skip the advisor (accepted for compatibility; the advisor is not part of this release)")
+                   help="compare only: no advisor (by default the first failing row is named and explained, and "
+                        "advisor_<ts>.txt is written next to the report)")
     r.add_argument("--no-match-column", dest="no_match_column", action="store_true",
                    help="leave out the final 'Match' column (how each row was matched) for tools that expect the reference's exact columns")
+    a = p.add_argument_group("first-divergence analysis")
+    a.add_argument("-da", "--diff_analyze", action="store_true",
+                   help="find where the runs first part (before / during / after communication, across ranks) and rank "
+                        "suspects by local error growth; writes compare_result_rank<N>_<ts>.json and diff_analyze_<ns>.json")
+    a.add_argument("--noise-op", dest="noise_ops", action="append", default=[], metavar="NAME_PART",
+                   help="-da: also skip APIs whose name contains NAME_PART (repeatable; added to the default noise list)")
+    a.add_argument("--da-config", dest="da_config", metavar="YAML",
+                   help="-da settings: noise_ops (list), default_noise (true/false), threshold or thresholds, top")
+    a.add_argument("--top", type=int, default=None, help="-da: how many growth suspects to show per rank (default 5)")
     x = p.add_argument_group("execution")
     x.add_argument("-tensor_log", "--is_print_compare_log", dest="tensor_log", action="store_true",
                    help="tensor mode: log one line per compared tensor pair")
@@ -121,6 +132,12 @@ def run(args) -> int:
         raise MsprobeError(f"-j/--jobs must be 0 (automatic) or a positive number, not {args.jobs}")
     if args.highlight and args.no_highlight:
         raise MsprobeError("-hl and --no-highlight contradict each other; give one")
+    if (args.noise_ops or args.da_config or args.top is not None) and not args.diff_analyze:
+        raise MsprobeError("--noise-op, --da-config and --top belong to the first-divergence analysis; add -da")
+    from msprobe.core.advisor.config import build_config
+
+    acfg = build_config(advisor=not args.compare_only, diff_analyze=args.diff_analyze, noise_ops=args.noise_ops,
+                        yaml_path=args.da_config, top=args.top, output_dir=args.output_path or "./output")
     cfg = CompareConfig(
         target=target, golden=golden, output_dir=args.output_path or "./output", fuzzy=args.fuzzy_match,
         highlight=not args.no_highlight, fmt="csv" if args.csv else "xlsx", stack_path=stack_path,
@@ -134,7 +151,34 @@ def run(args) -> int:
     show = cfg.progress and sys.stderr.isatty()
     results = run_compare(cfg, progress_factory=(lambda label: _Bar(label, True)) if show else None)
     _summary(results)
+    _analysis(results, acfg)
+    _banner()
     return 0
+
+
+def _analysis(results, acfg) -> None:
+    """Advisor (unless -c) and -da on the report tables in memory, after the reports are written."""
+    if not (acfg.advisor or acfg.diff_analyze) or not results:
+        return
+    out = sys.stdout
+    out_dir = os.path.dirname(os.path.abspath(results[0].path))
+    if acfg.advisor:
+        from msprobe.core.advisor.advisor import advise, summary_lines, write_advice
+
+        for res in results:
+            advice = advise(res.report, label=res.label)
+            path = write_advice(advice, out_dir, res.label)
+            for line in summary_lines(advice, res.label):
+                print(line, file=out)
+            print(f"  advisor: {path}", file=out)
+    if acfg.diff_analyze:
+        from msprobe.core.advisor.diff_analyze import RankInput, analyze
+
+        ranks = [RankInput(r.report, r.label, r.target_json, r.golden_json) for r in results]
+        found = analyze(ranks, acfg, out_dir)
+        for line in found.summary_lines(acfg.top):
+            print(line, file=out)
+        print(f"  per-rank diff checks: {', '.join(found.per_rank_files)}", file=out)
 
 
 def _summary(results) -> None:
@@ -155,6 +199,10 @@ def _summary(results) -> None:
             for i, (name, why) in enumerate(rep.worst, 1):
                 print(f"    {i}. {name}: {why}", file=out)
         print(f"  report: {res.path}", file=out)
+
+
+def _banner() -> None:
+    out = sys.stdout
     text = "msprobe compare ends successfully."
     width = len(text) + 50
     print("*" * width, file=out)

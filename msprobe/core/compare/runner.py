@@ -36,6 +36,8 @@ class RankResult:
     path: str
     report: Report
     seconds: float
+    target_json: str = ""  # the dump.json pair compared (the advisor / -da read P2POp peers from it)
+    golden_json: str = ""
 
 
 def _rank_dirs(d: str, side: str) -> List[Tuple[str, int]]:
@@ -165,7 +167,7 @@ def run_job(cfg: CompareConfig, job: RankJob, out_dir: str, ts: str,
     written = write_report(rep, path, cfg.fmt)
     if progress:
         progress("write", 1, 1)
-    return RankResult(job.label, written, rep, time.perf_counter() - start)
+    return RankResult(job.label, written, rep, time.perf_counter() - start, job.target_json, job.golden_json)
 
 
 def _run_job_quiet(args):
