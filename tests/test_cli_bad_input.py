@@ -641,7 +641,7 @@ def test_highlight_and_no_highlight(stat_pair, tmp_path):
     assert_user_error(res, out, "-hl", "--no-highlight")
 
 
-@pytest.mark.parametrize("flags", [["-am"], ["-cm"], ["-dm", "x.yaml"], ["-lm"], ["-da"], ["--rank", "0"], ["--step", "0"]],
+@pytest.mark.parametrize("flags", [["-am"], ["-cm"], ["-dm", "x.yaml"], ["-lm"], ["--rank", "0"], ["--step", "0"]],
                          ids=lambda f: " ".join(f))
 def test_later_feature_flags_are_rejected(stat_pair, tmp_path, flags):
     t, g = stat_pair

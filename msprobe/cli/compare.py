@@ -144,6 +144,11 @@ def run(args) -> int:
         tensor_log=tensor_log, jobs=args.jobs, framework=args.framework, match_column=not args.no_match_column,
         progress=not args.quiet,
     )
+    if acfg.diff_analyze:  # refuse before any work (no report is written for a run -da cannot analyse)
+        from msprobe.core.advisor.diff_analyze import check_rank_labels
+        from msprobe.core.compare.runner import plan
+
+        check_rank_labels([job.label for job in plan(cfg)])
     # .pt files the fast reader cannot decode (legacy format) are retried with torch, imported lazily
     from msprobe.pytorch.tensor_io import install_fallback
 

@@ -117,7 +117,9 @@ def _dtype_note(table: OpTable, i: int) -> str:
 def advise(report, rank: int = 0, label: Optional[str] = None) -> Advice:
     """Analyse one compare report (in memory) and return the advice."""
     table = report if isinstance(report, OpTable) else OpTable(report, rank, label)
-    failing = table.failing
+    # the mode's failing rows, plus target NaN/inf against a finite golden value (the reference's statistics
+    # rule leaves those rows without a Warning, so it would report "all data meets the requirements")
+    failing = table.failing | table.overflow_rows()
     idx = np.flatnonzero(failing)
     if not len(idx):
         return Advice(None, NO_ERROR_API, NO_ERR_SUGGEST, CAT_NONE,

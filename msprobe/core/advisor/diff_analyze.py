@@ -619,24 +619,28 @@ def p2p_peers(dump_json: str) -> Dict[str, Tuple[str, object]]:
     return out
 
 
+def check_rank_labels(labels: Sequence[Optional[str]]) -> None:
+    """-da needs one rank number per rank dir ('rank' and 'rank0' would both be rank 0)."""
+    seen: Dict[int, str] = {}
+    for label in labels:
+        rank = rank_of(label)
+        if rank in seen:
+            raise MsprobeError(
+                f"-da: rank directories {seen[rank]} and {label} both map to rank {rank}; "
+                f"first-divergence analysis needs one directory per rank number (rank0, rank1, ...)")
+        seen[rank] = label or "(files)"
+
+
 def analyze(ranks: List[RankInput], cfg: AnalysisConfig, out_dir: str, ts: Optional[str] = None) -> AnalysisResult:
     """Run both phases and write the files; returns what was found."""
     if not ranks:
         raise MsprobeError("-da: no compare result to analyse")
     ts = ts or time.strftime("%Y%m%d%H%M%S")
-    seen_ranks: Dict[int, str] = {}
-    tables: List[Tuple[OpTable, RankInput]] = []
-    for r in ranks:
-        rank = rank_of(r.label)
-        if rank in seen_ranks:
-            raise MsprobeError(
-                f"-da: rank directories {seen_ranks[rank]} and {r.label} both map to rank {rank}; "
-                f"first-divergence analysis needs one directory per rank number (rank0, rank1, ...)")
-        seen_ranks[rank] = r.label or "(files)"
-        tables.append((OpTable(r.report, rank, r.label), r))
+    check_rank_labels([r.label for r in ranks])
+    tables: List[Tuple[OpTable, RankInput]] = [(OpTable(r.report, rank_of(r.label), r.label), r) for r in ranks]
     modes = {t.mode for t, _ in tables}
     if len(modes) > 1:
-        raise MsprobeError(f"-da: the ranks were dumped in different modes ({', '.join(sorted(modes))}); dump every rank with the same task")
+        log.warning("-da: the ranks were dumped in different modes (%s); each rank is checked by its own mode", ", ".join(sorted(modes)))
     tables.sort(key=lambda x: x[0].rank)
     files, views, suspects = [], [], {}
     for table, r in tables:

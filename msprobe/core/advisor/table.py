@@ -232,6 +232,16 @@ class OpTable:
             out |= ok & ~np.isfinite(v)
         return out
 
+    def overflow_rows(self) -> np.ndarray:
+        """Matched rows whose target max/min is NaN/inf while the golden ones are finite."""
+        if self.mode == MODE_MD5:
+            return np.zeros(self.n, dtype=bool)
+        golden_ok = np.ones(self.n, dtype=bool)
+        for c in BENCH_STATS[:2]:
+            v, ok = self.numeric(c)
+            golden_ok &= ok & np.isfinite(v)
+        return self.target_nonfinite() & golden_ok
+
     def group_of_row(self) -> np.ndarray:
         """Index of the API group of every row."""
         g = np.zeros(self.n, dtype=np.int64)
