@@ -43,6 +43,7 @@ from msprobe.core.advisor.growth import format_growth, noise_matcher, rank_suspe
 from msprobe.core.advisor.table import (
     BENCH_STATS, DIFF_COLS, MODE_MD5, MODE_TENSOR, NPU_STATS, REL_COLS, STATE_INPUT, STATE_OUTPUT, OpTable,
 )
+from msprobe.core.compare.stats import numeric as st_numeric
 from msprobe.core.errors import MsprobeError
 
 log = logging.getLogger("msprobe")
@@ -153,18 +154,64 @@ def _p2p_cols(names, p2p):
 
 
 def phase1_document(table: OpTable, is_diff: np.ndarray, p2p=None, golden_p2p=None) -> Dict[str, dict]:
+    """The whole per-rank document in memory (small reports and tests; the CLI streams it)."""
+    return dict(_phase1_entries(table, is_diff, p2p, golden_p2p))
+
+
+def _phase1_entries(table: OpTable, is_diff: np.ndarray, p2p=None, golden_p2p=None):
+    """(api, {"is_same", "op_items"}) per API, rows built one API at a time."""
     keys, cols = phase1_columns(table, p2p, golden_p2p)
-    rows = [dict(zip(keys, vals)) for vals in zip(*cols)]
-    doc: Dict[str, dict] = {}
-    for g, (s, e) in enumerate(zip(table.starts.tolist(), table.ends.tolist())):
-        api = table.group_api[g]
-        entry = doc.get(api)
-        if entry is None:  # the same key twice in a row is one API for the reference
-            doc[api] = {"is_same": not bool(is_diff[g]), "op_items": rows[s:e]}
-        else:
-            entry["is_same"] = entry["is_same"] and not bool(is_diff[g])
-            entry["op_items"].extend(rows[s:e])
-    return doc
+    starts, ends = table.starts.tolist(), table.ends.tolist()
+    for g, (s, e) in enumerate(zip(starts, ends)):
+        rows = [dict(zip(keys, vals)) for vals in zip(*(c[s:e] for c in cols))]
+        yield table.group_api[g], {"is_same": not bool(is_diff[g]), "op_items": rows}
+
+
+def write_phase1(path: str, table: OpTable, is_diff: np.ndarray, p2p=None, golden_p2p=None) -> str:
+    """Stream ``{api: {is_same, op_items}}`` (indent 4) to ``path`` atomically, one API at a time."""
+    from msprobe.core.fileio import atomic_write
+
+    # APIs with an infinite float cell go through the stdlib encoder (orjson would write null for Infinity)
+    row_bad = np.zeros(table.n, dtype=bool)
+    if table.mode != MODE_MD5:
+        diff, _, _ = table.stat_cells()
+        for c in [table.col(k) for k in NPU_STATS + BENCH_STATS] + list(diff or []):
+            if c is not None:
+                v, ok = st_numeric(c)
+                row_bad |= ok & np.isinf(v)
+    exotic = np.logical_or.reduceat(row_bad, table.starts).tolist() if table.n else []
+
+    def _body(chunk: Dict[str, dict], stdlib: bool) -> bytes:
+        """'"api": {...},\n    "api2": {...}' at the file's indent (a chunk dict without its braces)."""
+        text = dump_json(chunk, 4, stdlib)
+        return text[text.index(b"\n") + 5: text.rindex(b"\n")]
+
+    def _write(tmp: str) -> None:
+        with open(tmp, "wb") as fh:
+            parts = 0
+            fh.write(b"{")
+            chunk: Dict[str, dict] = {}
+
+            def flush(stdlib: bool = False) -> None:
+                nonlocal parts, chunk
+                if chunk:
+                    fh.write((b"\n    " if parts == 0 else b",\n    ") + _body(chunk, stdlib))
+                    parts += 1
+                    chunk = {}
+
+            for g, (api, entry) in enumerate(_phase1_entries(table, is_diff, p2p, golden_p2p)):
+                if exotic[g]:
+                    flush()
+                    chunk[api] = entry
+                    flush(stdlib=True)
+                    continue
+                chunk[api] = entry
+                if len(chunk) >= 512:
+                    flush()
+            flush()
+            fh.write(b"\n}" if parts else b"}")
+
+    return atomic_write(path, _write)
 
 
 def _has_nonfinite(obj_cols) -> bool:
@@ -183,11 +230,20 @@ def dump_json(obj, indent: int, exotic: bool) -> bytes:
 
             data = orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
             if indent == 4:
-                data = re.sub(rb"(?m)^( +)", rb"\1\1", data)
+                data = _double_indent(data)
             return data
         except (ImportError, TypeError):
             pass
     return json.dumps(obj, indent=indent, ensure_ascii=False).encode("utf-8")
+
+
+def _double_indent(data: bytes, depth: int = 10) -> bytes:
+    """Indent 2 -> indent 4 with bytes.replace passes (deepest level first; \x01 cannot occur in JSON text)."""
+    for k in range(depth, 0, -1):
+        pat = b"\n" + b"  " * k
+        if pat in data:
+            data = data.replace(pat, b"\n" + b"\x01" * (4 * k))
+    return data.replace(b"\x01", b" ")
 
 
 def write_bytes(path: str, data: bytes) -> str:
@@ -647,10 +703,8 @@ def analyze(ranks: List[RankInput], cfg: AnalysisConfig, out_dir: str, ts: Optio
         is_diff = api_is_diff(table, cfg)
         peers = p2p_peers(r.target_json)
         gpeers = p2p_peers(r.golden_json)
-        doc = phase1_document(table, is_diff, peers, gpeers)
-        exotic = _has_nonfinite([table.col(c) or [] for c in NPU_STATS + BENCH_STATS + DIFF_COLS])
         name = f"compare_result_rank{table.rank if table.label and _RANK_LABEL.match(table.label) else ''}_{ts}.json"
-        files.append(write_bytes(os.path.join(out_dir, name), dump_json(doc, 4, exotic)))
+        files.append(write_phase1(os.path.join(out_dir, name), table, is_diff, peers, gpeers))
         views.append(RankView(table, is_diff, peers))
         suspects[f"rank_{table.rank}"] = rank_suspects(table, cfg, cfg.top)
     finder = FirstDiff(views, cfg)
