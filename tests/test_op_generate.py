@@ -427,3 +427,30 @@ def test_regenerate_from_an_edited_extract(tmp_path, dumps):
     assert main(["op_generate", "-i", str(cfg2), "-o", str(tmp_path / "out2")]) == 0
     text = (tmp_path / "out2" / "Functional.gelu.0.forward.py").read_text()
     assert "[12, 2, 8]" in text
+
+
+def test_autocast_inputs_rounds_only_what_autocast_casts():
+    from msprobe.pytorch.op_generate import runtime as rt
+
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(4, 8, generator=g), torch.randn(3, 8, generator=g)
+    (rx, rw), _ = rt.autocast_inputs(torch.nn.functional.linear, [x, w], {}, torch.bfloat16, "cpu")
+    assert rx.dtype == torch.float32 and torch.equal(rx, x.bfloat16().float()) and not torch.equal(rx, x)
+    assert torch.equal(rw, w.bfloat16().float())
+    h = torch.randn(4, 8, generator=g).half()
+    mean, var = torch.randn(8, generator=g) * 0.1, torch.rand(8, generator=g) + 0.5
+    (rh, rmean, rvar), _ = rt.autocast_inputs(torch.nn.functional.batch_norm, [h, mean, var], {}, torch.float16, "cpu")
+    assert torch.equal(rmean, mean) and torch.equal(rvar, var)  # batch_norm keeps its fp32 statistics
+
+
+def test_reference_bf16_autocast_linear_backward_passes(tmp_path):
+    """The reference's generated script runs this fp32-weight/bf16-autocast call without autocast and reports
+    fp32 ULP errors up to 348; reproduced under autocast from the same inputs, the API itself passes."""
+    src = _fixture_dump("mlp_bf16_tensor_mix")
+    rc, _ = generate(tmp_path, src, "Functional.linear.0", "backward", "real_data")
+    assert rc == 0
+    script = tmp_path / "out" / "Functional.linear.0.backward.py"
+    assert "AUTOCAST = 'torch.bfloat16'" in script.read_text()
+    text, code = run_scripts([script])[script.name]
+    assert result_of(text) == "PASS" and code == "0", text
+    assert text.count("torch.bfloat16 (computed under autocast)") == 2  # weight and bias gradients (fp32)
