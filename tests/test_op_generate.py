@@ -454,3 +454,26 @@ def test_reference_bf16_autocast_linear_backward_passes(tmp_path):
     text, code = run_scripts([script])[script.name]
     assert result_of(text) == "PASS" and code == "0", text
     assert text.count("torch.bfloat16 (computed under autocast)") == 2  # weight and bias gradients (fp32)
+
+
+def test_script_failures_are_one_line(tmp_path, dumps):
+    rc, cfg = generate(tmp_path, dumps["statistics"], "Torch.matmul.0")
+    assert rc == 0
+    doc = json.loads(cfg.read_text())
+    extract = json.loads(Path(doc["extract_api_path"]).read_text())
+    extract["Torch.matmul.0.forward"]["input_args"][1]["shape"] = [3, 8]  # no longer fits [4, 2, 8]
+    edited = tmp_path / "broken.json"
+    edited.write_text(json.dumps(extract))
+    cfg2 = tmp_path / "c2.json"
+    cfg2.write_text(json.dumps({"extract_api_path": str(edited)}))
+    assert main(["op_generate", "-i", str(cfg2), "-o", str(tmp_path / "out2")]) == 0
+    script = tmp_path / "out2" / "Torch.matmul.0.forward.py"
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: the device run of Torch.matmul on cpu failed: RuntimeError")
+    # without torch: one line too
+    proc = subprocess.run([sys.executable, "-c", "import sys, runpy; sys.modules['torch'] = None; "
+                           f"sys.argv = [{str(script)!r}]; runpy.run_path({str(script)!r}, run_name='__main__')"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and proc.stderr.strip() == "error: this script needs PyTorch: pip install torch (on Ascend also torch_npu)"

@@ -9,7 +9,10 @@ import math
 import os
 import sys
 
-import torch
+try:
+    import torch
+except ImportError:
+    sys.exit("error: this script needs PyTorch: pip install torch (on Ascend also torch_npu)")
 
 from msprobe.pytorch.op_generate.standards import *  # msprobe-only
 
@@ -614,8 +617,19 @@ def reproduce(spec):
             kw = place(bench_kwargs if label == "bench" else kwargs, dev, fdt, dmap)
             g = place(grads, dev, fdt, dmap)
             torch.manual_seed(opts.seed + i)
-            runs[label] = run_once(fn, a, kw, propagation, g, args_spec, kwargs_spec,
-                                   ac if fdt is None else None, dev)
+            try:
+                runs[label] = run_once(fn, a, kw, propagation, g, args_spec, kwargs_spec,
+                                       ac if fdt is None else None, dev)
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except Exception as exc:  # noqa: BLE001 - one line; MSPROBE_DEBUG=1 shows the traceback
+                if os.environ.get("MSPROBE_DEBUG"):
+                    raise
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                print(f"error: the {label} run of {kind}.{name} on {dev} failed: {type(exc).__name__}: {first} "
+                      f"(set MSPROBE_DEBUG=1 for the traceback; edit ARGS/KWARGS if an argument was not recorded)",
+                      file=sys.stderr)
+                return 2
         print(f"iter: {i}:")
         print("Compare result:")
         dev_out, bench_out, ref_out = runs["device"], runs["bench"], runs["reference"]
