@@ -72,7 +72,8 @@ def tree_hashes(*dirs: Path):
 
 
 def listing(d: Path):
-    return sorted(p.name for p in d.iterdir())
+    """Report files in an output dir (the advisor's advisor_<ts>.txt, written by default, is left out)."""
+    return sorted(p.name for p in d.iterdir() if not p.name.startswith("advisor_"))
 
 
 def xlsx_rows(path: Path):
