@@ -477,3 +477,55 @@ def test_script_failures_are_one_line(tmp_path, dumps):
                            f"sys.argv = [{str(script)!r}]; runpy.run_path({str(script)!r}, run_name='__main__')"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1 and proc.stderr.strip() == "error: this script needs PyTorch: pip install torch (on Ascend also torch_npu)"
+
+
+def _t(dtype, shape, lo, hi, grad=False):
+    return {"type": "torch.Tensor", "dtype": dtype, "shape": shape, "Max": hi, "Min": lo, "Mean": (lo + hi) / 2,
+            "Norm": 1.0, "requires_grad": grad}
+
+
+def test_argument_kinds_are_rebuilt(tmp_path):
+    """Slices and Ellipsis in an index tuple, dtype / device keywords, torch.Size, numpy scalars, None."""
+    data = {
+        "Tensor.__getitem__.0.forward": {
+            "input_args": [_t("torch.float32", [4, 6], -1.0, 1.0),
+                           [{"type": "slice", "value": [1, 3, None]}, {"type": "ellipsis", "value": "..."}]],
+            "input_kwargs": {}, "output": [_t("torch.float32", [2, 6], -1.0, 1.0)]},
+        "Torch.sum.0.forward": {
+            "input_args": [_t("torch.float16", [8, 3], -2.0, 2.0), {"type": "int", "value": 0}],
+            "input_kwargs": {"dtype": {"type": "torch.dtype", "value": "torch.float32"},
+                             "keepdim": {"type": "bool", "value": True}},
+            "output": [_t("torch.float32", [1, 3], -2.0, 2.0)]},
+        "Torch.ones_like.0.forward": {
+            "input_args": [_t("torch.bfloat16", [2, 2], 0.0, 1.0)],
+            "input_kwargs": {"device": {"type": "torch.device", "value": "cpu:None"}},
+            "output": [_t("torch.bfloat16", [2, 2], 1.0, 1.0)]},
+        "Torch.zeros.0.forward": {
+            "input_args": [{"type": "torch.Size", "value": [2, 3]}], "input_kwargs": {},
+            "output": [_t("torch.float32", [2, 3], 0.0, 0.0)]},
+        "Torch.clamp.0.forward": {
+            "input_args": [_t("torch.float32", [5], -3.0, 3.0), {"type": "float32", "value": -1.5}, None],
+            "input_kwargs": {}, "output": [_t("torch.float32", [5], -1.5, 3.0)]},
+    }
+    dump = tmp_path / "dump.json"
+    dump.write_text(json.dumps({"task": "statistics", "level": "L1", "framework": "pytorch", "dump_data_dir": None,
+                                "data": data}))
+    scripts = []
+    for key in data:
+        api = key[: -len(".forward")]
+        rc, _ = generate(tmp_path, dump, api)
+        assert rc == 0
+        scripts.append(tmp_path / "out" / f"{api}.forward.py")
+    text = scripts[0].read_text()
+    assert "(slice(1, 3, None), Ellipsis, )" in text
+    assert "AUTOCAST = None" in scripts[1].read_text()  # sum(fp16, dtype=float32): an explicit dtype, not autocast
+    assert "'dtype': DType('torch.float32')" in scripts[1].read_text()
+    assert "'device': Device('cpu:None')" in scripts[2].read_text()
+    results = run_scripts(scripts)
+    for s in scripts:
+        out, _ = results[s.name]
+        assert result_of(out) == "PASS", out
+        assert "warning: output" not in out, out
+    assert re.search(r"\| Shape +\| \[2, 6\]", results["Tensor.__getitem__.0.forward.py"][0])
+    assert re.search(r"\| Dtype of out_device +\| torch.float32", results["Torch.sum.0.forward.py"][0])
+    assert re.search(r"\| Dtype of out_bench +\| torch.float64", results["Torch.sum.0.forward.py"][0])

@@ -23,6 +23,7 @@ from msprobe.core.fileio import atomic_write, check_path, ensure_output_dir, loa
 CONFIG_KEYS = ("dump_json_path", "api_name", "extract_api_path", "propagation", "data_mode", "random_seed", "iter_times")
 API_KINDS = {"Functional": "torch.nn.functional", "Tensor": "torch.Tensor", "Torch": "torch"}
 TENSOR_TYPES = ("torch.Tensor", "torch.nn.parameter.Parameter")
+_SCALAR_TYPES = ("int", "float", "bool", "str")
 MAX_ITER_TIMES = 1000
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
 RUNTIME_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runtime.py")
@@ -247,8 +248,9 @@ def _convert(item: Any, where: str) -> Any:
         if not isinstance(item.get("shape"), list) or not isinstance(item.get("dtype"), str):
             raise MsprobeError(f"{where}: tensor record without shape/dtype; the dump is damaged")
         return _Tensor(item)
-    if typ in ("int", "float", "bool", "str") or (isinstance(typ, str) and typ.startswith(("numpy.", "float", "int", "uint", "bool"))) and typ != "numpy.ndarray":
-        return item.get("value")
+    if typ in _SCALAR_TYPES or (isinstance(typ, str) and typ != "numpy.ndarray" and "value" in item
+                                and typ.startswith(("numpy.", "float", "int", "uint", "bool", "complex"))):
+        return item.get("value")  # Python and numpy scalars (numpy ones are recorded as e.g. "float32")
     if typ == "slice":
         v = item.get("value") or [None, None, None]
         return _Literal(f"slice({', '.join(repr(x) for x in v)})")
@@ -280,16 +282,32 @@ def _tensors(obj: Any) -> List[dict]:
     return []
 
 
+_CASTS = frozenset(["to", "type", "type_as", "float", "half", "double", "bfloat16", "new_tensor", "new_empty",
+                    "new_zeros", "new_ones", "new_full", "view_as_real", "view_as_complex"])
 _FLOAT_ORDER = {"torch.float16": 1, "torch.bfloat16": 1, "torch.float32": 2, "torch.float64": 3}
 
 
-def _autocast(args: Any, kwargs: Any, outputs: Any) -> Optional[str]:
+def _has_dtype_argument(obj: Any) -> bool:
+    if isinstance(obj, _Literal):
+        return obj.src.startswith("DType(") or obj.src == "Unrecorded()"
+    if isinstance(obj, list):
+        return any(_has_dtype_argument(v) for v in obj)
+    if isinstance(obj, dict):
+        return any(_has_dtype_argument(v) for v in obj.values())
+    return False
+
+
+def _autocast(func: str, args: Any, kwargs: Any, outputs: Any) -> Optional[str]:
     """The autocast dtype the API evidently ran under, or None.
 
     Floating inputs and outputs of more than one dtype (fp32 weights -> fp16 conv2d output, fp16 logits ->
     fp32 cross_entropy, fp16 activations with fp32 weights) mean the call ran under autocast: the script
     runs it under torch.autocast with the lowest of those dtypes.  Autocast leaves ops outside its lists
     (batch_norm with fp32 running stats, say) as they are, so this is safe for them too."""
+    if _has_dtype_argument([args, kwargs]):
+        return None  # an explicit dtype argument (sum(..., dtype=...), to(torch.float16)) changed the dtype
+    if func.rsplit(".", 1)[-1] in _CASTS:
+        return None
     found = {t["dtype"] for t in _tensors(args) + _tensors(kwargs) + _tensors(outputs) if t["dtype"] in _FLOAT_ORDER}
     if len(found) < 2:
         return None
@@ -321,6 +339,8 @@ def build_case(cfg: OpGenConfig, entries: Dict[str, dict]) -> Case:
         full = backward[0]
         bwd = entries[full]
     args = _convert(fwd.get("input_args", []), f"{fkey} input_args")
+    if func in ("__getitem__", "__setitem__") and len(args) > 1 and isinstance(args[1], list):
+        args[1] = _Literal("(" + "".join(_src(v, 4) + ", " for v in args[1]) + ")")  # dumps record index tuples as lists
     kwargs_raw = fwd.get("input_kwargs") or {}
     if not isinstance(kwargs_raw, dict):
         raise MsprobeError(f"{src}: {fkey} input_kwargs must be an object")
@@ -342,7 +362,7 @@ def build_case(cfg: OpGenConfig, entries: Dict[str, dict]) -> Case:
     return Case(
         full_name=full, api_name=api_name, kind=kind, func=func, propagation=cfg.propagation,
         data_mode=cfg.data_mode, seed=cfg.random_seed, iter_times=1 if cfg.data_mode == "real_data" else cfg.iter_times,
-        args=args, kwargs=kwargs, grads=grads, autocast=_autocast(args, kwargs, outputs), outputs=outputs,
+        args=args, kwargs=kwargs, grads=grads, autocast=_autocast(func, args, kwargs, outputs), outputs=outputs,
     )
 
 

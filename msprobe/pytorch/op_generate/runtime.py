@@ -137,7 +137,7 @@ def materialise(obj, make):
 
 def bench_dtype(specs):
     """One benchmark dtype for all floating inputs: float64 if anything is float32/64, else float32."""
-    wide = any(parse_dtype(s.dtype) in (torch.float32, torch.float64) for s in specs)
+    wide = any(s.dtype in ("torch.float32", "torch.float64", "torch.float", "torch.double") for s in specs)
     return torch.float64 if wide else torch.float32
 
 
@@ -589,8 +589,9 @@ def reproduce(spec):
     real = opts.data_mode == "real_data"
     iters = 1 if real else opts.iter_times
     autocast = parse_dtype(spec["AUTOCAST"]) if spec.get("AUTOCAST") else None
-    all_specs = [s for s in flatten([args_spec, list(kwargs_spec.values()), grads_spec]) if isinstance(s, T)]
-    bdtype = bench_dtype(all_specs)
+    everything = flatten([args_spec, list(kwargs_spec.values()), grads_spec, spec.get("RECORDED_OUTPUTS") or []])
+    bdtype = bench_dtype([s for s in everything if isinstance(s, T)]
+                         + [T(d.name, []) for d in everything if isinstance(d, DType)])
     raise_dtype = {torch.float16: bdtype, torch.bfloat16: bdtype, torch.float32: bdtype}
     print(f"{spec['FULL_NAME']}: {kind}.{name} on {device}, benchmark on cpu in {bdtype}, "
           f"{'real data' if real else 'random data (seed %d)' % opts.seed}"
