@@ -73,7 +73,7 @@ def run(args) -> int:
     finally:
         if bar is not None:
             bar.close()
-    ranks = ", ".join(f"rank{r}" for r in res.ranks)
+    ranks = ", ".join(f"rank{r}" for r in res.ranks[:8]) + (f" ... rank{res.ranks[-1]}" if len(res.ranks) > 8 else "")
     print(f"merge_result: {res.mode} reports of {len(res.ranks)} ranks ({ranks}), {res.rows} rows, "
           f"{len(res.indexes)} sheets ({', '.join(res.indexes)}) in {res.seconds:.2f} s")
     print(f"written: {res.path}")

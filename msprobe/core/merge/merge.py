@@ -43,6 +43,11 @@ class MergeResult:
     seconds: float
 
 
+def _timestamp() -> str:
+    """Local time as the reference stamps its outputs (``%Y%m%d%H%M%S``)."""
+    return time.strftime("%Y%m%d%H%M%S")
+
+
 def _plan(cfg: MergeConfig):
     input_dir = check_path(cfg.input_dir, "input directory", "dir")
     files = find_rank_reports(input_dir)
@@ -179,7 +184,7 @@ def run_merge(cfg: MergeConfig, progress: Optional[Callable[[int, int], None]] =
 
     header = [NPU_NAME] + [f"rank{rd.rank}" for rd in ranks]
     book = [(index, header, [names] + sheets[index]) for index in indexes]
-    ts = time.strftime("%Y%m%d%H%M%S")
+    ts = _timestamp()
     target = unique_path(os.path.join(out_dir, f"{OUTPUT_PREFIX}_{ts}.xlsx"))
     from msprobe.core.merge.xlsxout import write_sheets
 

@@ -238,7 +238,10 @@ def extract(f: RankFile, apis: Sequence[str], indexes: Sequence[str]) -> RankDat
             name_col, idx_cols, max_col, bmax_col = _columns(f, header, indexes)
             esc = [p.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").encode("utf-8")
                    for p in patterns]
-            for row in reader.rows(prefilter=esc):
+            # rows come back holding only these columns, in this order
+            wanted = [name_col, max_col, bmax_col, *idx_cols]
+            name_col, max_col, bmax_col, idx_cols = 0, 1, 2, list(range(3, 3 + len(idx_cols)))
+            for row in reader.rows(wanted, prefilter=esc):
                 consider(row)
             rows = -1  # not counted: prefiltered rows are never parsed
         convert = None
@@ -257,16 +260,14 @@ def extract(f: RankFile, apis: Sequence[str], indexes: Sequence[str]) -> RankDat
                 names.append(name)
                 picked.append(row)
 
-    width = max([name_col, max_col, bmax_col, *idx_cols]) + 1
     values: Dict[str, list] = {}
     for index, col in zip(indexes, idx_cols):
         out = []
         for row in picked:
-            if len(row) < width:
-                row.extend([None] * (width - len(row)))
-            v = row[col]
+            v = row[col] if col < len(row) else None
             if v.__class__ is str and v in NO_VALUE:
-                npu, bench = row[max_col], row[bmax_col]
+                npu = row[max_col] if max_col < len(row) else None
+                bench = row[bmax_col] if bmax_col < len(row) else None
                 if convert is not None:
                     npu, bench = convert(npu), convert(bench)
                 v = f"NPU:{_as_text(npu)}  Bench:{_as_text(bench)}"

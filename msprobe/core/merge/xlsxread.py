@@ -21,6 +21,8 @@ import zipfile
 import zlib
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
+import numpy as np
+
 from msprobe.core.errors import MsprobeError
 
 #: At most this many members in the archive (a report has about ten).
@@ -34,7 +36,11 @@ MAX_RATIO = 200
 #: Bytes of XML inflated per step.
 READ_CHUNK = 4 * 1024 * 1024
 
-_ROW_RE = re.compile(rb"<row\b([^>]*?)(?:/>|>(.*?)</row>)", re.S)
+#: Rows decoded together, a column at a time.
+BATCH_ROWS = 4096
+
+_STR_OPEN = b'<c t="inlineStr"><is><t>'
+_STR_CLOSE = b"</t></is>"
 _CELL_RE = re.compile(rb"<c\b([^>]*?)(?:/>|>(.*?)</c>)", re.S)
 _REF_RE = re.compile(rb'\br="([A-Z]{1,3})')
 _TYPE_RE = re.compile(rb'\bt="([a-zA-Z]+)"')
@@ -151,7 +157,7 @@ class SheetReader:
         except BaseException:
             self.zf.close()
             raise
-        self._rows: Optional[Iterator[Tuple[bytes, bytes]]] = None
+        self._rows: Optional[Iterator[bytes]] = None
         self._header: Optional[List[str]] = None
 
     # -- plumbing ------------------------------------------------------------------------------------
@@ -166,33 +172,70 @@ class SheetReader:
         except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
             raise self._damaged(exc)
 
-    def _raw_rows(self) -> Iterator[Tuple[bytes, bytes]]:
-        """(row attributes, row body) of every row, inflating the sheet chunk by chunk."""
+    def _raw_rows(self) -> Iterator[bytes]:
+        """The body (cells XML) of every row, inflating the sheet chunk by chunk.
+
+        Rows are cut at ``</row>`` (a plain byte search); in each piece the last ``<row`` opens the row (an
+        earlier one can only be an empty ``<row .../>``).
+        """
         try:
             with self.zf.open(self.sheet) as fh:
                 tail = b""
+                size = 64 * 1024  # small first read: often only the header row is wanted
                 while True:
-                    chunk = fh.read(READ_CHUNK)
+                    chunk = fh.read(size)
+                    size = READ_CHUNK
                     if not chunk:
                         break
-                    buf = tail + chunk
-                    cut = buf.rfind(b"</row>")
-                    if cut < 0:
-                        tail = buf
-                        continue
-                    cut += 6
-                    for m in _ROW_RE.finditer(buf, 0, cut):
-                        yield m.group(1), m.group(2) or b""
-                    tail = buf[cut:]
-                for m in _ROW_RE.finditer(tail):
-                    yield m.group(1), m.group(2) or b""
+                    pieces = (tail + chunk).split(b"</row>")
+                    tail = pieces.pop()
+                    for piece in pieces:
+                        i = piece.rfind(b"<row")
+                        if i < 0:
+                            raise MsprobeError(f"{self.path}: worksheet XML has a '</row>' without a row; the report "
+                                               "is damaged: regenerate it with msprobe compare")
+                        j = piece.find(b">", i)
+                        yield piece[j + 1:]
         except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
             raise self._damaged(exc)
 
-    def cells(self, body: bytes) -> list:
-        """Values of one row's cells, by column position (None where a cell is absent)."""
+    def _value(self, attrs: bytes, inner: bytes):
+        """The value of one cell from its attributes and inner XML."""
+        if not inner:
+            return None
+        t = _TYPE_RE.search(attrs) if b't="' in attrs else None
+        kind = t.group(1) if t else b"n"
+        if kind == b"inlineStr":
+            return _rich_text(inner)
+        v = _V_RE.search(inner)
+        if v is None:
+            return None
+        return self._typed(kind, v.group(1))
+
+    def _typed(self, kind: bytes, raw: bytes):
+        if kind == b"n":
+            try:
+                return float(raw) if raw else None
+            except ValueError:
+                raise MsprobeError(f"{self.path}: cell with the number {raw[:40]!r} cannot be read; "
+                                   "the report is damaged: regenerate it with msprobe compare")
+        if kind == b"s":
+            if self.shared is None:
+                raise MsprobeError(f"{self.path} refers to shared strings but has none; "
+                                   "the report is damaged: regenerate it with msprobe compare")
+            try:
+                return self.shared[int(raw)]
+            except (ValueError, IndexError):
+                raise MsprobeError(f"{self.path}: shared string {raw[:20]!r} does not exist; "
+                                   "the report is damaged: regenerate it with msprobe compare")
+        if kind == b"b":
+            return raw.strip() in (b"1", b"true")
+        return _text(raw)  # str (formula result), e (error), d (date as text)
+
+    def cells(self, body: bytes, wanted: Optional[frozenset] = None) -> list:
+        """Values of one row's cells by column position (None where a cell is absent); with ``wanted``,
+        only the cells at those positions are decoded (the others are left None)."""
         out: list = []
-        shared = self.shared
         for attrs, inner in _CELL_RE.findall(body):
             if b'r="' in attrs:
                 m = _REF_RE.search(attrs)
@@ -200,36 +243,84 @@ class SheetReader:
                     col = _col_index(m.group(1))
                     if col > len(out):
                         out.extend([None] * (col - len(out)))
-            t = _TYPE_RE.search(attrs) if b't="' in attrs else None
-            kind = t.group(1) if t else b"n"
-            value = None
-            if inner:
-                if kind == b"inlineStr":
-                    value = _rich_text(inner)
-                else:
-                    v = _V_RE.search(inner)
-                    if v is not None:
-                        raw = v.group(1)
-                        if kind == b"n":
-                            try:
-                                value = float(raw) if raw else None
-                            except ValueError:
-                                raise MsprobeError(f"{self.path}: cell with the number {raw[:40]!r} cannot be read; "
-                                                   "the report is damaged: regenerate it with msprobe compare")
-                        elif kind == b"s":
-                            if shared is None:
-                                raise MsprobeError(f"{self.path} refers to shared strings but has none; "
-                                                   "the report is damaged: regenerate it with msprobe compare")
-                            try:
-                                value = shared[int(raw)]
-                            except (ValueError, IndexError):
-                                raise MsprobeError(f"{self.path}: shared string {raw[:20]!r} does not exist; "
-                                                   "the report is damaged: regenerate it with msprobe compare")
-                        elif kind == b"b":
-                            value = raw.strip() in (b"1", b"true")
-                        else:  # str (formula result), e (error), d (date as text)
-                            value = _text(raw)
-            out.append(value)
+            if wanted is None or len(out) in wanted:
+                out.append(self._value(attrs, inner))
+            else:
+                out.append(None)
+        return out
+
+    def _piece_value(self, piece: bytes):
+        """Value of one cell given as the text before its ``</c>`` (whatever precedes ``<c`` is ignored)."""
+        start = piece.rfind(b"<c")
+        gt = piece.find(b">", start)
+        if start < 0 or gt < 0:
+            raise MsprobeError(f"{self.path}: malformed cell XML {piece[-60:]!r}; the report is damaged: "
+                               "regenerate it with msprobe compare")
+        attrs = piece[start + 2:gt]
+        inner = piece[gt + 1:]
+        if not attrs and inner[:3] == b"<v>" and inner[-4:] == b"</v>":  # a number, as msprobe writes it
+            return self._typed(b"n", inner[3:-4])
+        if attrs == b' t="inlineStr"' and inner[:7] == b"<is><t>" and inner[-9:] == b"</t></is>":
+            text = inner[7:-9]
+            if b"<" not in text:
+                return _text(text)
+        return self._value(attrs, inner)
+
+    def _decode_column(self, pieces: List[bytes]) -> list:
+        """Values of one column's cells (each the text before its ``</c>``), decoded a column at a time:
+        plain numbers (one numpy conversion) and plain inline strings (one UTF-8 decode of them all), which
+        is nearly every cell msprobe writes; anything else cell by cell."""
+        out: list = [None] * len(pieces)
+        num_at = [i for i, p in enumerate(pieces) if p[:6] == b"<c><v>" and p[-4:] == b"</v>"]
+        if num_at:
+            raw = [pieces[i][6:-4] for i in num_at]
+            try:
+                floats = np.array(raw, dtype=bytes).astype(np.float64).tolist()
+            except ValueError:
+                floats = [self._typed(b"n", v) for v in raw]
+            for i, f in zip(num_at, floats):
+                out[i] = f
+            if len(num_at) == len(pieces):
+                return out
+            rest = sorted(set(range(len(pieces))) - set(num_at))
+        else:
+            rest = range(len(pieces))
+        pre, post = _STR_OPEN, _STR_CLOSE
+        str_at = [i for i in rest if pieces[i][:24] == pre and pieces[i][-9:] == post]
+        if str_at:
+            joined = b"\0".join([pieces[i][24:-9] for i in str_at])
+            if b"<" not in joined:  # no markup inside: plain text cells
+                text = joined.decode("utf-8")
+                if "&" in text:
+                    text = html.unescape(text)
+                for i, t in zip(str_at, text.split("\0")):
+                    out[i] = t
+                if len(str_at) == len(rest):
+                    return out
+                done = set(str_at)
+                rest = [i for i in rest if i not in done]
+        for i in rest:
+            out[i] = self._piece_value(pieces[i])
+        return out
+
+    def _batch(self, bodies: List[bytes], wanted: List[int]) -> List[tuple]:
+        """The wanted cells (a tuple in ``wanted`` order) of every row in ``bodies``."""
+        ncols = self.ncols
+        splits = [b.split(b"</c>") for b in bodies]
+        regular = [len(sp) == ncols + 1 and b' r="' not in b and b.count(b"<c") == ncols
+                   for sp, b in zip(splits, bodies)]
+        if all(regular):
+            cols = [self._decode_column([sp[j] for sp in splits]) for j in wanted]
+            return list(zip(*cols))
+        wanted_set = frozenset(wanted)
+        out = []
+        for ok, sp, body in zip(regular, splits, bodies):
+            if ok:
+                out.append(tuple(self._piece_value(sp[j]) for j in wanted))
+            else:
+                vals = self.cells(body, wanted_set)
+                vals.extend([None] * (wanted[-1] + 1 - len(vals)))
+                out.append(tuple(vals[j] for j in wanted))
         return out
 
     # -- public --------------------------------------------------------------------------------------
@@ -237,28 +328,34 @@ class SheetReader:
     def header(self) -> List[str]:
         if self._header is None:
             self._rows = self._raw_rows()
-            for _attrs, body in self._rows:
+            for body in self._rows:
                 vals = self.cells(body)
                 if any(v is not None for v in vals):
                     self._header = ["" if v is None else str(v) for v in vals]
+                    self.ncols = len(vals)
                     break
             else:
                 raise MsprobeError(f"{self.path} has an empty first sheet (no header row); "
                                    "regenerate it with msprobe compare or move it out of the input directory")
         return self._header
 
-    def rows(self, prefilter: Sequence[bytes] = (), keep: Optional[Callable[[list], bool]] = None) -> Iterator[list]:
-        """Cell lists of the data rows.  ``prefilter``: byte strings of which a row's XML must contain one
-        before it is parsed at all (only used when the sheet has inline strings, not shared ones)."""
+    def rows(self, wanted: Sequence[int], prefilter: Sequence[bytes] = ()) -> Iterator[tuple]:
+        """The cells at the ``wanted`` column positions (a tuple, in that order) of every data row.
+        ``prefilter``: byte strings of which a row's XML must contain one before it is decoded at all
+        (only used when the sheet has inline strings, not shared ones)."""
         self.header()
         pre = tuple(prefilter) if (prefilter and self.shared is None) else ()
-        cells = self.cells
-        for _attrs, body in self._rows:
+        wanted = list(wanted)
+        batch: List[bytes] = []
+        for body in self._rows:
             if pre and not any(p in body for p in pre):
                 continue
-            vals = cells(body)
-            if keep is None or keep(vals):
-                yield vals
+            batch.append(body)
+            if len(batch) >= BATCH_ROWS:
+                yield from self._batch(batch, wanted)
+                batch = []
+        if batch:
+            yield from self._batch(batch, wanted)
 
     def close(self) -> None:
         self.zf.close()
