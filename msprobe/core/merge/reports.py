@@ -241,7 +241,7 @@ def extract(f: RankFile, apis: Sequence[str], indexes: Sequence[str]) -> RankDat
             # rows come back holding only these columns, in this order
             wanted = [name_col, max_col, bmax_col, *idx_cols]
             name_col, max_col, bmax_col, idx_cols = 0, 1, 2, list(range(3, 3 + len(idx_cols)))
-            for row in reader.rows(wanted, prefilter=esc):
+            for row in reader.rows(wanted, prefilter=esc, name_test=lambda n: any(p in n for p in patterns)):
                 consider(row)
             rows = -1  # not counted: prefiltered rows are never parsed
         convert = None

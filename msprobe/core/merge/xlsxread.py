@@ -42,6 +42,7 @@ BATCH_ROWS = 4096
 _STR_OPEN = b'<c t="inlineStr"><is><t>'
 _STR_CLOSE = b"</t></is>"
 _CELL_RE = re.compile(rb"<c\b([^>]*?)(?:/>|>(.*?)</c>)", re.S)
+_CELL_REF_RE = re.compile(rb'<c\b[^>]*\sr="')
 _REF_RE = re.compile(rb'\br="([A-Z]{1,3})')
 _TYPE_RE = re.compile(rb'\bt="([a-zA-Z]+)"')
 _V_RE = re.compile(rb"<v(?:\s[^>]*)?>(.*?)</v>", re.S)
@@ -157,7 +158,9 @@ class SheetReader:
         except BaseException:
             self.zf.close()
             raise
-        self._rows: Optional[Iterator[bytes]] = None
+        self._block_iter: Optional[Iterator[bytes]] = None
+        self._pending: List[bytes] = []
+        self.ncols = 0
         self._header: Optional[List[str]] = None
 
     # -- plumbing ------------------------------------------------------------------------------------
@@ -172,12 +175,9 @@ class SheetReader:
         except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
             raise self._damaged(exc)
 
-    def _raw_rows(self) -> Iterator[bytes]:
-        """The body (cells XML) of every row, inflating the sheet chunk by chunk.
-
-        Rows are cut at ``</row>`` (a plain byte search); in each piece the last ``<row`` opens the row (an
-        earlier one can only be an empty ``<row .../>``).
-        """
+    def _blocks(self) -> Iterator[bytes]:
+        """The sheet XML inflated chunk by chunk, cut after the last ``</row>`` of each chunk, so that every
+        block holds whole rows (the first block also holds the sheet head before row 1)."""
         try:
             with self.zf.open(self.sheet) as fh:
                 tail = b""
@@ -187,17 +187,28 @@ class SheetReader:
                     size = READ_CHUNK
                     if not chunk:
                         break
-                    pieces = (tail + chunk).split(b"</row>")
-                    tail = pieces.pop()
-                    for piece in pieces:
-                        i = piece.rfind(b"<row")
-                        if i < 0:
-                            raise MsprobeError(f"{self.path}: worksheet XML has a '</row>' without a row; the report "
-                                               "is damaged: regenerate it with msprobe compare")
-                        j = piece.find(b">", i)
-                        yield piece[j + 1:]
+                    buf = tail + chunk
+                    cut = buf.rfind(b"</row>")
+                    if cut < 0:
+                        tail = buf
+                        continue
+                    cut += 6
+                    tail = buf[cut:]
+                    yield buf[:cut]
         except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
             raise self._damaged(exc)
+
+    def _bodies(self, block: bytes) -> List[bytes]:
+        """The body (cells XML) of every row in a block.  Rows are cut at ``</row>``; in each piece the last
+        ``<row`` opens the row (an earlier one can only be an empty ``<row .../>``)."""
+        out = []
+        for piece in block.split(b"</row>")[:-1]:
+            i = piece.rfind(b"<row")
+            if i < 0:
+                raise MsprobeError(f"{self.path}: worksheet XML has a '</row>' without a row; the report "
+                                   "is damaged: regenerate it with msprobe compare")
+            out.append(piece[piece.find(b">", i) + 1:])
+        return out
 
     def _value(self, attrs: bytes, inner: bytes):
         """The value of one cell from its attributes and inner XML."""
@@ -327,35 +338,83 @@ class SheetReader:
 
     def header(self) -> List[str]:
         if self._header is None:
-            self._rows = self._raw_rows()
-            for body in self._rows:
-                vals = self.cells(body)
-                if any(v is not None for v in vals):
-                    self._header = ["" if v is None else str(v) for v in vals]
-                    self.ncols = len(vals)
-                    break
-            else:
-                raise MsprobeError(f"{self.path} has an empty first sheet (no header row); "
-                                   "regenerate it with msprobe compare or move it out of the input directory")
+            self._block_iter = self._blocks()
+            for block in self._block_iter:
+                bodies = self._bodies(block)
+                for k, body in enumerate(bodies):
+                    vals = self.cells(body)
+                    if any(v is not None for v in vals):
+                        self._header = ["" if v is None else str(v) for v in vals]
+                        self.ncols = len(vals)
+                        self._pending = bodies[k + 1:]
+                        return self._header
+            raise MsprobeError(f"{self.path} has an empty first sheet (no header row); "
+                               "regenerate it with msprobe compare or move it out of the input directory")
         return self._header
 
-    def rows(self, wanted: Sequence[int], prefilter: Sequence[bytes] = ()) -> Iterator[tuple]:
+    def _block_rows(self, block: bytes, wanted: List[int], name_test) -> Optional[List[tuple]]:
+        """Fast path for a block of rows whose cells are all present, in order and without references (as
+        msprobe writes them): one split at ``</c>`` for the whole block, then every column is a stride of
+        the pieces.  None when the block has any other layout."""
+        ncols = self.ncols
+        nrows = block.count(b"</row>")
+        total = nrows * ncols
+        if not total or block.count(b"<row") != nrows or block.count(b"<c ") + block.count(b"<c>") != total:
+            return None
+        pieces = block.split(b"</c>")
+        if len(pieces) != total + 1 or _CELL_REF_RE.search(block):
+            return None
+        firsts = pieces[0:total:ncols]
+        if not all(b"<row" in p for p in firsts):
+            return None
+
+        def column(j, sel):
+            if sel is None:
+                cp = firsts if j == 0 else pieces[j:total:ncols]
+            else:
+                cp = [pieces[k * ncols + j] for k in sel]
+            if j == 0:  # the row tag precedes the first cell
+                cp = [p[p.rfind(b"<c"):] for p in cp]
+            return self._decode_column(cp)
+
+        sel = None
+        cols: List[Optional[list]] = [None] * len(wanted)
+        if name_test is not None:
+            names = column(wanted[0], None)
+            sel = [k for k, n in enumerate(names) if n.__class__ is str and name_test(n)]
+            if not sel:
+                return []
+            cols[0] = [names[k] for k in sel]
+        for i, j in enumerate(wanted):
+            if cols[i] is None:
+                cols[i] = column(j, sel)
+        return list(zip(*cols))
+
+    def rows(self, wanted: Sequence[int], prefilter: Sequence[bytes] = (), name_test=None) -> Iterator[tuple]:
         """The cells at the ``wanted`` column positions (a tuple, in that order) of every data row.
-        ``prefilter``: byte strings of which a row's XML must contain one before it is decoded at all
-        (only used when the sheet has inline strings, not shared ones)."""
+        ``name_test``: keep only rows whose first wanted cell is a string passing it.  ``prefilter``: byte
+        strings of which a row's XML must contain one (a cheap test before decoding, used where rows are
+        decoded one by one and the sheet has inline strings)."""
         self.header()
         pre = tuple(prefilter) if (prefilter and self.shared is None) else ()
         wanted = list(wanted)
-        batch: List[bytes] = []
-        for body in self._rows:
-            if pre and not any(p in body for p in pre):
-                continue
-            batch.append(body)
-            if len(batch) >= BATCH_ROWS:
-                yield from self._batch(batch, wanted)
-                batch = []
-        if batch:
-            yield from self._batch(batch, wanted)
+
+        def slow(bodies):
+            if pre:
+                bodies = [b for b in bodies if any(p in b for p in pre)]
+            for i in range(0, len(bodies), BATCH_ROWS):
+                for row in self._batch(bodies[i:i + BATCH_ROWS], wanted):
+                    if name_test is None or (row[0].__class__ is str and name_test(row[0])):
+                        yield row
+
+        pending, self._pending = self._pending, []
+        yield from slow(pending)
+        for block in self._block_iter:
+            got = self._block_rows(block, wanted, name_test)
+            if got is None:
+                yield from slow(self._bodies(block))
+            else:
+                yield from got
 
     def close(self) -> None:
         self.zf.close()
