@@ -35,6 +35,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m = p.add_argument_group("matching")
     m.add_argument("-fm", "--fuzzy_match", "-f", dest="fuzzy_match", action="store_true",
                    help="fuzzy matching: ignore call numbers, pair the k-th occurrence of each API on both sides")
+    m.add_argument("-am", "--api_mapping", nargs="?", const="", default=None, metavar="YAML",
+                   help="MindSpore target vs PyTorch golden: map API names with the built-in table (Mint.* -> Torch.*, "
+                        "ops.dense -> F.linear, ...); a yaml list of {ms_api, pt_api, ms_args, pt_args, ms_outputs, "
+                        "pt_outputs} adds or overrides pairs and remaps argument / output indexes")
+    m.add_argument("-cm", "--cell_mapping", nargs="?", const="", default=None, metavar="YAML",
+                   help="match MindSpore Cells with PyTorch Modules (Cell.x.Dense -> Module.x.Dense); a yaml "
+                        "{cell_path.Class: module_path.Class} renames paths and classes")
+    m.add_argument("-dm", "--data_mapping", metavar="YAML",
+                   help="explicit pairs: a yaml {target row name: golden row name}, e.g. parameters_grad rows; "
+                        "wins over every other rule")
+    m.add_argument("-lm", "--layer_mapping", nargs="?", const="", default=None, metavar="YAML",
+                   help="translate layer names ({LayerClass: {target_child: golden_child}}) for modules and the APIs "
+                        "under them (needs construct.json and stack.json); the pairs are saved as data_mapping_<ts>.yaml")
     r = p.add_argument_group("report")
     r.add_argument("--csv", action="store_true", help="write .csv instead of .xlsx (same numbers)")
     r.add_argument("--no-highlight", dest="no_highlight", action="store_true", help="do not colour suspicious rows")
@@ -138,7 +151,14 @@ def run(args) -> int:
 
     acfg = build_config(advisor=not args.compare_only, diff_analyze=args.diff_analyze, noise_ops=args.noise_ops,
                         yaml_path=args.da_config, top=args.top, output_dir=args.output_path or "./output")
+    from msprobe.core.compare.mapping import MappingOptions, load_mappings
+
+    mappings = MappingOptions(api_mapping=args.api_mapping, cell_mapping=args.cell_mapping,
+                              data_mapping=args.data_mapping, layer_mapping=args.layer_mapping)
+    if mappings.any:
+        load_mappings(mappings)  # bad yaml: one line now, before any work
     cfg = CompareConfig(
+        mappings=mappings,
         target=target, golden=golden, output_dir=args.output_path or "./output", fuzzy=args.fuzzy_match,
         highlight=not args.no_highlight, fmt="csv" if args.csv else "xlsx", stack_path=stack_path,
         tensor_log=tensor_log, jobs=args.jobs, framework=args.framework, match_column=not args.no_match_column,

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
+
+from msprobe.core.compare.mapping import MappingOptions
 
 
 @dataclass(frozen=True)
@@ -20,3 +22,4 @@ class CompareConfig:
     framework: Optional[str] = None  # legacy -f pytorch|mindspore (informational)
     match_column: bool = True  # add the "Match" provenance column at the end of the report
     progress: bool = True  # progress bars (shown only on a terminal)
+    mappings: MappingOptions = field(default_factory=MappingOptions)  # -am / -cm / -dm / -lm

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -13,7 +13,7 @@ from msprobe.core.compare import highlight as hl
 from msprobe.core.compare import stats as st
 from msprobe.core.compare import tensor as tm
 from msprobe.core.compare.config import CompareConfig
-from msprobe.core.compare.match import Matches, match_exact, match_fuzzy
+from msprobe.core.compare.match import Matches, match_exact, match_fuzzy, match_mapped
 from msprobe.core.dump.reader import MODE_MD5, MODE_STATISTICS, MODE_TENSOR, DumpRows, dump_mode, read_dump
 from msprobe.core.errors import MsprobeError
 
@@ -49,6 +49,7 @@ class Report:
     worst: List[Tuple[str, str]] = field(default_factory=list)  # (row name, why)
     first_red: Optional[Tuple[int, str]] = None  # (row index, name)
     failing: int = 0  # rows that fail the mode's accuracy test (Warning / Different / Accuracy No)
+    layer_rows: Optional[Dict[str, str]] = None  # -lm: {target row: golden row}, saved as data_mapping_<ts>.yaml
 
     @property
     def rows(self) -> int:
@@ -88,7 +89,11 @@ def compare_dumps(
     mode = dump_mode(t, g)
     if len(t) == 0:
         raise MsprobeError(f"target dump.json {target_json} holds no API or module data; nothing to compare (was the dump started?)")
-    m = match_fuzzy(t, g) if cfg.fuzzy else match_exact(t, g)
+    layer_rows = None
+    if cfg.mappings.any:
+        m, layer_rows = _match_with_mappings(cfg, t, g, target_json, golden_json)
+    else:
+        m = match_fuzzy(t, g) if cfg.fuzzy else match_exact(t, g)
     tick("match", 1, 1)
     if mode == MODE_STATISTICS:
         rep = _statistics(cfg, t, g, m)
@@ -107,7 +112,44 @@ def compare_dumps(
     if cfg.match_column:
         rep.header.append(MATCH_COL)
         rep.columns.append(list(m.rule))
+    rep.layer_rows = layer_rows
     return rep
+
+
+def _match_with_mappings(cfg: CompareConfig, t: DumpRows, g: DumpRows, target_json: str, golden_json: str):
+    """Match through the -am/-cm/-dm/-lm mappings; returns the matches and the layer mapping's row pairs."""
+    from msprobe.core.compare import mapping as mp
+
+    maps = mp.load_mappings(cfg.mappings)
+    mp.check_user_ranges(t, g, maps)
+    layer_pairs = None
+    if maps.layer_rules is not None:
+        layer_pairs = _layer_pairs(maps.layer_rules, t, g, target_json, golden_json)
+    keys, rules, name_only = mp.target_keys(t, g, maps, layer_pairs)
+    m = match_mapped(t, g, keys, rules, name_only, fuzzy=cfg.fuzzy)
+    layer_rows = mp.rows_of_pairs(t, keys, rules, mp.RULE_LAYER) if layer_pairs is not None else None
+    return m, layer_rows
+
+
+def _layer_pairs(rules, t: DumpRows, g: DumpRows, target_json: str, golden_json: str) -> Dict[str, str]:
+    """{target entry: golden entry} of the layer mapping, from both dumps' construct.json and stack.json."""
+    from msprobe.core.compare.layer_mapping import compute_layer_mapping
+    from msprobe.core.fileio import load_dump_json, load_json
+
+    sides = []
+    for path, side in ((target_json, "target"), (golden_json, "golden")):
+        d = os.path.dirname(path)
+        files = [os.path.join(d, n) for n in ("construct.json", "stack.json")]
+        present = [os.path.isfile(f) for f in files]
+        if not all(present):
+            missing = [os.path.basename(f) for f, ok in zip(files, present) if not ok]
+            raise MsprobeError(f"-lm needs construct.json and stack.json next to each dump.json; the {side} dir {d} "
+                               f"has no {' or '.join(missing)} (dump with level L0 or mix)")
+        data = load_dump_json(path, f"{side} dump.json").get("data") or {}
+        sides.append((data, load_json(files[0], "construct.json") or {}, load_json(files[1], "stack.json") or {}))
+    (nd, nc, ns), (bd, bc, bs) = sides
+    return compute_layer_mapping(nd, bd, nc, bc, ns, bs, rules,
+                                 npu_framework=t.framework or None, bench_framework=g.framework or None)
 
 
 PARALLEL_PARSE_BYTES = 4 * 1024 * 1024

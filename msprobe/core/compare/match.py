@@ -7,7 +7,7 @@ index (-1 = unmatched) and the rule that paired them.  Output order always follo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -39,16 +39,38 @@ class Matches:
         return self.golden >= 0
 
 
+_FAMILIES = {}
+for _fam, _names in (
+    ("int", "Int8 UInt8 Int16 UInt16 Int32 UInt32 Int64 UInt64 torch.int8 torch.uint8 torch.int16 torch.uint16 "
+            "torch.int32 torch.uint32 torch.int64 torch.uint64"),
+    ("float", "Float16 Float32 Float64 BFloat16 torch.float16 torch.float32 torch.float64 torch.bfloat16"),
+    ("bool", "Bool torch.bool"),
+    ("complex", "Complex64 Complex128 torch.complex64 torch.complex128"),
+):
+    for _n in _names.split():
+        _FAMILIES[_n] = _fam
+
+
 def dtypes_compatible(a: str, b: str) -> bool:
+    """Same dtype, one of the mixed-precision float groups, or (MindSpore vs PyTorch) the same family."""
     if a == b:
         return True
-    return any(a in grp and b in grp for grp in _FLOAT_GROUPS)
+    if any(a in grp and b in grp for grp in _FLOAT_GROUPS):
+        return True
+    if a.startswith("torch.") != b.startswith("torch."):  # across frameworks: int vs int, float vs float ...
+        fa, fb = _FAMILIES.get(a), _FAMILIES.get(b)
+        return fa is not None and fa == fb
+    return False
 
 
-def _dtype_filter(t: DumpRows, g: DumpRows, target: np.ndarray, golden: np.ndarray) -> np.ndarray:
-    """Unmatch pairs whose dtypes are incompatible (§3.3)."""
+def _dtype_filter(t: DumpRows, g: DumpRows, target: np.ndarray, golden: np.ndarray,
+                  skip: Optional[np.ndarray] = None) -> np.ndarray:
+    """Unmatch pairs whose dtypes are incompatible (§3.3); rows in ``skip`` (explicit mappings) are kept."""
     out = golden.copy()
-    idx = np.nonzero(out >= 0)[0]
+    ok = out >= 0
+    if skip is not None:
+        ok &= ~skip
+    idx = np.nonzero(ok)[0]
     if len(idx):
         tdt = t.dtype
         gdt = g.dtype
@@ -112,17 +134,13 @@ def fuzzy_key(name: str) -> str:
     return name
 
 
-def match_fuzzy(t: DumpRows, g: DumpRows) -> Matches:
-    """Order-preserving fuzzy match: the k-th target row with a given (call-number-free name, shape)
-    pairs with the k-th golden row with the same key.  No row is dropped; extra rows on either side
-    stay unmatched (the reference's queue algorithm loses trailing rows and crashes in statistics mode).
-    """
+def _fuzzy_join(tkeys: Sequence[str], tshape: Sequence[str], g: DumpRows) -> np.ndarray:
     queues: Dict[Tuple[str, str], List[int]] = {}
     for j, (name, shape) in enumerate(zip(g.names, g.shape)):
         queues.setdefault((fuzzy_key(name), shape), []).append(j)
     heads: Dict[Tuple[str, str], int] = {}
-    golden = np.full(len(t), -1, dtype=np.int64)
-    for i, (name, shape) in enumerate(zip(t.names, t.shape)):
+    golden = np.full(len(tkeys), -1, dtype=np.int64)
+    for i, (name, shape) in enumerate(zip(tkeys, tshape)):
         key = (fuzzy_key(name), shape)
         q = queues.get(key)
         if q is None:
@@ -131,6 +149,15 @@ def match_fuzzy(t: DumpRows, g: DumpRows) -> Matches:
         if h < len(q):
             golden[i] = q[h]
             heads[key] = h + 1
+    return golden
+
+
+def match_fuzzy(t: DumpRows, g: DumpRows) -> Matches:
+    """Order-preserving fuzzy match: the k-th target row with a given (call-number-free name, shape)
+    pairs with the k-th golden row with the same key.  No row is dropped; extra rows on either side
+    stay unmatched (the reference's queue algorithm loses trailing rows and crashes in statistics mode).
+    """
+    golden = _fuzzy_join(t.names, t.shape, g)
     golden = _dtype_filter(t, g, np.arange(len(t), dtype=np.int64), golden)
     rule = []
     for i, j in enumerate(golden.tolist()):
@@ -139,3 +166,38 @@ def match_fuzzy(t: DumpRows, g: DumpRows) -> Matches:
         else:
             rule.append(RULE_EXACT if t.names[i] == g.names[j] else RULE_FUZZY)
     return Matches(np.arange(len(t), dtype=np.int64), golden, rule)
+
+
+def match_mapped(t: DumpRows, g: DumpRows, keys: Sequence[str], rules: Sequence[str], name_only: Sequence[bool],
+                 fuzzy: bool = False) -> Matches:
+    """Join on mapped compare keys (:func:`msprobe.core.compare.mapping.target_keys`).
+
+    Rows mapped by a data or layer mapping join on the name alone and skip the dtype filter (the user
+    said which rows pair); the others join on (key, shape) -- with the call numbers dropped when
+    ``fuzzy`` -- and go through the dtype filter, which accepts MindSpore vs PyTorch dtypes of one family."""
+    n = len(t)
+    only = np.fromiter(name_only, dtype=bool, count=n)
+    golden = np.full(n, -1, dtype=np.int64)
+    by_name = np.nonzero(only)[0]
+    by_shape = np.nonzero(~only)[0]
+    if len(by_name):
+        tk = [(keys[i],) for i in by_name.tolist()]
+        _, gi = _join(tk, [(x,) for x in g.names])
+        golden[by_name] = gi
+    if len(by_shape):
+        sel = by_shape.tolist()
+        if fuzzy:
+            golden[by_shape] = _fuzzy_join([keys[i] for i in sel], [t.shape[i] for i in sel], g)
+        else:
+            _, gi = _join([(keys[i], t.shape[i]) for i in sel], list(zip(g.names, g.shape)))
+            golden[by_shape] = gi
+    golden = _dtype_filter(t, g, np.arange(n, dtype=np.int64), golden, skip=only)
+    out_rules = []
+    for i, j in enumerate(golden.tolist()):
+        if j < 0:
+            out_rules.append(RULE_NONE)
+        elif rules[i]:
+            out_rules.append(rules[i])
+        else:
+            out_rules.append(RULE_EXACT if t.names[i] == g.names[j] else RULE_FUZZY)
+    return Matches(np.arange(n, dtype=np.int64), golden, out_rules)

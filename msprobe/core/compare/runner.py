@@ -165,6 +165,12 @@ def run_job(cfg: CompareConfig, job: RankJob, out_dir: str, ts: str,
     if progress:
         progress("write", 0, 1)
     written = write_report(rep, path, cfg.fmt)
+    if rep.layer_rows is not None:
+        from msprobe.core.compare.mapping import write_data_mapping
+
+        middle = f"_{job.label}" if job.label else ""
+        side = write_data_mapping(rep.layer_rows, os.path.join(out_dir, f"data_mapping{middle}_{ts}.yaml"))
+        log.info("layer mapping: %d rows paired; saved as %s (reusable with -dm)", len(rep.layer_rows), side)
     if progress:
         progress("write", 1, 1)
     return RankResult(job.label, written, rep, time.perf_counter() - start, job.target_json, job.golden_json)
