@@ -127,7 +127,7 @@ def _match_with_mappings(cfg: CompareConfig, t: DumpRows, g: DumpRows, target_js
         layer_pairs = _layer_pairs(maps.layer_rules, t, g, target_json, golden_json)
     keys, rules, name_only = mp.target_keys(t, g, maps, layer_pairs)
     m = match_mapped(t, g, keys, rules, name_only, fuzzy=cfg.fuzzy)
-    layer_rows = mp.rows_of_pairs(t, keys, rules, mp.RULE_LAYER) if layer_pairs is not None else None
+    layer_rows = mp.rows_of_pairs(t, g, keys, rules, mp.RULE_LAYER) if layer_pairs is not None else None
     return m, layer_rows
 
 

@@ -400,5 +400,7 @@ def write_data_mapping(pairs: Dict[str, str], path: str) -> str:
     return atomic_write(path, write)
 
 
-def rows_of_pairs(t, keys: Sequence[str], rules: Sequence[str], rule: str) -> Dict[str, str]:
-    return {n: k for n, k, r in zip(t.names, keys, rules) if r == rule}
+def rows_of_pairs(t, g, keys: Sequence[str], rules: Sequence[str], rule: str) -> Dict[str, str]:
+    """{target row: golden row} of the rows a rule mapped onto an existing golden row."""
+    golden = set(g.names)
+    return {n: k for n, k, r in zip(t.names, keys, rules) if r == rule and k in golden}
