@@ -85,3 +85,20 @@ def write_bytes(path, data, mode=0o640):
             pass
         raise
     return path
+
+
+def write_step_files(step_dir, files, submit=None):
+    """Write a step's JSON files: ``files`` is [(file name, object), ...] (dump.json, stack.json, ...).
+
+    With ``submit`` (async dump: a callable running a function on the writer thread) the objects are
+    serialised now, because the caller keeps changing them, and written on that thread."""
+    if submit is not None:
+        blobs = [(name, dumps(obj)) for name, obj in files]
+
+        def write_all():
+            for name, blob in blobs:
+                write_bytes(os.path.join(step_dir, name), blob)
+        submit(write_all)
+    else:
+        for name, obj in files:
+            write_json(os.path.join(step_dir, name), obj)

@@ -14,7 +14,8 @@ import zlib
 import torch
 
 from msprobe.core.dump import writer as jw
-from msprobe.pytorch.dump.stack import StackTable
+from msprobe.core.dump.scope import Scope
+from msprobe.core.dump.stack import StackTable
 from msprobe.pytorch.dump.stats import StatBuffer, _plain, _tensor_type_name, crc32_deferred, overflow_in
 
 MAX_DEPTH = 400
@@ -23,33 +24,6 @@ FLUSH_STATS_EVERY = 4096     # pending tensors: resolve statistics so device sca
 _TENSOR = torch.Tensor
 _SIMPLE = {bool: "bool", int: "int", float: "float", str: "str"}
 
-
-class Scope:
-    """scope ([start, end] range) plus list (substring) filter, evaluated on every checked name."""
-
-    def __init__(self, scope, names):
-        self.start, self.end = (scope[0], scope[1]) if scope else (None, None)
-        self.names = tuple(names)
-        self.in_range = not scope
-        self.open_expanders = 0   # mix: modules matching a list item currently executing
-
-    def check(self, name):
-        if self.start is not None:
-            if name == self.start:
-                self.in_range = True
-            hit = self.in_range
-            if name == self.end:
-                self.in_range = False
-            if not hit:
-                return False
-        if not self.names:
-            return True
-        if self.open_expanders:
-            return True
-        return any(item in name for item in self.names)
-
-    def module_matches(self, name):
-        return bool(self.names) and any(item in name for item in self.names)
 
 
 class TensorWriter:
@@ -492,17 +466,8 @@ class Collector:
             out = self.header()
             out["data"] = self.data
             files = [("dump.json", out), ("stack.json", self.stack.to_json()), ("construct.json", self.construct)]
-        if self.writer.background:
-            # async_dump: serialise now (the dicts keep changing), write on the writer thread
-            blobs = [(name, jw.dumps(obj)) for name, obj in files]
-
-            def write_all():
-                for name, blob in blobs:
-                    jw.write_bytes(os.path.join(step_dir, name), blob)
-            self.writer.submit(write_all)
-        else:
-            for name, obj in files:
-                jw.write_json(os.path.join(step_dir, name), obj)
+        # async_dump: serialised now (the dicts keep changing), written on the writer thread
+        jw.write_step_files(step_dir, files, self.writer.submit if self.writer.background else None)
 
     def _resolve_md5(self):
         pending, self.pending_md5 = self.pending_md5, []

@@ -31,11 +31,11 @@ import json
 import os
 import sys
 import threading
-import time
-import traceback
 
 import torch
 from torch.overrides import TorchFunctionMode
+
+from msprobe.core.dump.errorlog import ErrorLog  # noqa: F401  (re-exported for service.py)
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _DROPOUT = {"Functional.dropout", "Functional.dropout1d", "Functional.dropout2d", "Functional.dropout3d",
@@ -120,33 +120,6 @@ def iter_tensors(obj, depth=0):
         for x in obj.values():
             yield from iter_tensors(x, depth + 1)
 
-
-class ErrorLog:
-    """dump_error_info.log: the first failure of each name, with its traceback."""
-
-    def __init__(self, directory):
-        self.directory = directory
-        self.seen = set()
-
-    def record(self, where, exc):
-        key = (where.rsplit(".", 2)[0] if where else "", type(exc).__name__)
-        if key in self.seen:
-            return
-        self.seen.add(key)
-        try:
-            os.makedirs(self.directory, exist_ok=True)
-            path = os.path.join(self.directory, "dump_error_info.log")
-            with open(path, "a", encoding="utf-8") as f:
-                f.write(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] msprobe could not record {where}: "
-                        f"{type(exc).__name__}: {exc}\n")
-                f.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
-                f.write("\n")
-            import logging
-            logging.getLogger("msprobe").warning(
-                "msprobe: could not record %s (%s: %s); training continues, details in %s",
-                where, type(exc).__name__, exc, path)
-        except Exception:
-            pass
 
 
 _FunctionType = type(lambda: None)
