@@ -210,7 +210,8 @@ def _summary(results) -> None:
     out = sys.stdout
     for res in results:
         rep = res.report
-        label = f" {res.label}" if res.label else ""
+        label = " ".join(x for x in (getattr(res, "out_sub", ""), res.label or "") if x)
+        label = f" {label}" if label else ""
         unmatched = rep.rows - rep.matched
         print(f"compare{label}: {rep.mode} mode, {rep.rows} rows compared, {rep.matched} matched, {unmatched} unmatched", file=out)
         fails = {"statistics": "rows need a double check (Result Warning)", "md5": "rows differ (Result Different)",

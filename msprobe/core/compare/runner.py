@@ -28,6 +28,7 @@ class RankJob:
     label: Optional[str]  # rank dir name of the target ('rank0', 'rank', ...) or None for a file pair
     target_json: str
     golden_json: str
+    out_sub: str = ""  # MindSpore graph/pynative layout: the report goes to OUT/<graph|pynative>/<step>
 
 
 @dataclass
@@ -38,6 +39,7 @@ class RankResult:
     seconds: float
     target_json: str = ""  # the dump.json pair compared (the advisor / -da read P2POp peers from it)
     golden_json: str = ""
+    out_sub: str = ""  # graph/pynative layout: <folder>/<step>
 
 
 def _rank_dirs(d: str, side: str) -> List[Tuple[str, int]]:
@@ -61,20 +63,61 @@ def _rank_dirs(d: str, side: str) -> List[Tuple[str, int]]:
 
 
 def _dump_json(rank_dir: str, side: str) -> str:
+    """The rank dir's dump.json, or its debug.json for a level-debug dump."""
     p = os.path.join(rank_dir, "dump.json")
     if not os.path.isfile(p):
-        if os.path.isfile(os.path.join(rank_dir, "debug.json")):
-            raise MsprobeError(
-                f"{side} dir {rank_dir} holds a single-point debug.json; comparing debug.json files is not supported yet"
-            )
+        debug = os.path.join(rank_dir, "debug.json")
+        if os.path.isfile(debug):
+            return debug
         raise MsprobeError(f"{side} rank dir {rank_dir} has no dump.json; was the dump finished (debugger.stop()/step())?")
     return p
+
+
+def _is_debug(path: str) -> bool:
+    return os.path.basename(path) == "debug.json"
+
+
+MIX_FOLDERS = ("graph", "pynative")
 
 
 def plan(cfg: CompareConfig) -> List[RankJob]:
     """Decide what to compare from the two input paths."""
     t = check_path(cfg.target, "target path")
     g = check_path(cfg.golden, "golden path")
+    if os.path.isdir(t) and os.path.isdir(g):
+        mix = [f for f in MIX_FOLDERS if os.path.isdir(os.path.join(t, f)) and os.path.isdir(os.path.join(g, f))]
+        if mix:
+            return _plan_mix(t, g, mix)
+    return _plan_pair(t, g)
+
+
+def _plan_mix(t: str, g: str, folders: List[str]) -> List[RankJob]:
+    """MindSpore PyNative runs with @jit cells split their dump into graph/ and pynative/ (compare.md §1.4.2):
+    each sub-layout and step common to both runs is compared on its own, reports in OUT/<folder>/<step>."""
+    jobs: List[RankJob] = []
+    for folder in folders:
+        td, gd = os.path.join(t, folder), os.path.join(g, folder)
+        common = sorted(set(os.listdir(td)) & set(os.listdir(gd)), key=_step_order)
+        steps = [n for n in common if os.path.isdir(os.path.join(td, n)) and os.path.isdir(os.path.join(gd, n))]
+        only = sorted((set(os.listdir(td)) ^ set(os.listdir(gd))))
+        if only:
+            log.warning("%s: %s only in one of the runs; skipped", folder, ", ".join(only[:5]))
+        for step in steps:
+            for job in _plan_pair(os.path.join(td, step), os.path.join(gd, step)):
+                job.out_sub = os.path.join(folder, step)
+                jobs.append(job)
+    if not jobs:
+        raise MsprobeError(f"the graph/pynative dirs of {t} and {g} have no step dir in common; compare the runs' "
+                           f"matching graph/stepN or pynative/stepN dirs")
+    return jobs
+
+
+def _step_order(name: str):
+    m = re.match(r"^step(\d+)$", name)
+    return (0, int(m.group(1))) if m else (1, name)
+
+
+def _plan_pair(t: str, g: str) -> List[RankJob]:
     tf, gf = os.path.isfile(t), os.path.isfile(g)
     if tf != gf:
         kinds = ("a file" if tf else "a directory", "a file" if gf else "a directory")
@@ -83,16 +126,17 @@ def plan(cfg: CompareConfig) -> List[RankJob]:
         )
     if tf:
         for p, side in ((t, "target"), (g, "golden")):
-            if os.path.basename(p) == "debug.json":
-                raise MsprobeError(f"{side} path {p} is a single-point debug.json; comparing debug.json files is not supported yet")
             if not p.endswith(".json"):
                 raise MsprobeError(f"{side} path {p} is not a .json file; give the dump.json written by the dumper")
+        if _is_debug(t) != _is_debug(g):
+            raise MsprobeError(f"one side is a debug.json and the other is not ({t} vs {g}); compare two dump.json "
+                               f"files or two debug.json files")
         return [RankJob(None, t, g)]
     # two directories: rank dirs themselves, or step dirs holding rank dirs
-    t_direct = os.path.isfile(os.path.join(t, "dump.json"))
-    g_direct = os.path.isfile(os.path.join(g, "dump.json"))
+    t_direct = any(os.path.isfile(os.path.join(t, n)) for n in ("dump.json", "debug.json"))
+    g_direct = any(os.path.isfile(os.path.join(g, n)) for n in ("dump.json", "debug.json"))
     if t_direct and g_direct:
-        return [RankJob(None, os.path.join(t, "dump.json"), os.path.join(g, "dump.json"))]
+        return [_pair_job(None, _dump_json(t, "target"), _dump_json(g, "golden"))]
     tr = _rank_dirs(t, "target")
     gr = _rank_dirs(g, "golden")
     for side, d, ranks, direct in (("target", t, tr, t_direct), ("golden", g, gr, g_direct)):
@@ -136,13 +180,20 @@ def plan(cfg: CompareConfig) -> List[RankJob]:
         pairs = [((tmap[k], k), (gmap[k], k)) for k in sorted(tmap)]
     jobs = []
     for (tn, _), (gn, _) in pairs:
-        jobs.append(RankJob(tn, _dump_json(os.path.join(t, tn), "target"), _dump_json(os.path.join(g, gn), "golden")))
+        jobs.append(_pair_job(tn, _dump_json(os.path.join(t, tn), "target"), _dump_json(os.path.join(g, gn), "golden")))
     return jobs
 
 
-def report_name(label: Optional[str], fmt: str, ts: str) -> str:
+def _pair_job(label, tj: str, gj: str) -> RankJob:
+    if _is_debug(tj) != _is_debug(gj):
+        raise MsprobeError(f"the target holds {os.path.basename(tj)} ({tj}) but the golden holds {os.path.basename(gj)} "
+                           f"({gj}); compare dumps of the same level (debug on both sides or on neither)")
+    return RankJob(label, tj, gj)
+
+
+def report_name(label: Optional[str], fmt: str, ts: str, debug: bool = False) -> str:
     middle = f"_{label}" if label else ""
-    return f"compare_result{middle}_{ts}.{fmt}"
+    return f"{'debug_' if debug else ''}compare_result{middle}_{ts}.{fmt}"
 
 
 def write_report(rep: Report, path: str, fmt: str) -> str:
@@ -160,8 +211,10 @@ def write_report(rep: Report, path: str, fmt: str) -> str:
 def run_job(cfg: CompareConfig, job: RankJob, out_dir: str, ts: str,
             progress: Optional[Callable[[str, int, int], None]] = None) -> RankResult:
     start = time.perf_counter()
+    if job.out_sub:
+        out_dir = ensure_output_dir(os.path.join(out_dir, job.out_sub))
     rep = compare_dumps(cfg, job.target_json, job.golden_json, progress=progress)
-    path = unique_path(os.path.join(out_dir, report_name(job.label, cfg.fmt, ts)))
+    path = unique_path(os.path.join(out_dir, report_name(job.label, cfg.fmt, ts, _is_debug(job.target_json))))
     if progress:
         progress("write", 0, 1)
     written = write_report(rep, path, cfg.fmt)
@@ -173,7 +226,8 @@ def run_job(cfg: CompareConfig, job: RankJob, out_dir: str, ts: str,
         log.info("layer mapping: %d rows paired; saved as %s (reusable with -dm)", len(rep.layer_rows), side)
     if progress:
         progress("write", 1, 1)
-    return RankResult(job.label, written, rep, time.perf_counter() - start, job.target_json, job.golden_json)
+    return RankResult(job.label, written, rep, time.perf_counter() - start, job.target_json, job.golden_json,
+                      job.out_sub)
 
 
 def _run_job_quiet(args):
@@ -216,13 +270,14 @@ def _run_parallel(cfg, jobs, out_dir, ts, workers, progress_factory, results):
     import multiprocessing as mp
 
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
-    bars = {job.label: progress_factory(job.label) for job in jobs} if progress_factory else {}
+    bars = {i: progress_factory(os.path.join(job.out_sub, job.label or "") if job.out_sub else job.label)
+            for i, job in enumerate(jobs)} if progress_factory else {}
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
         futures = [(job, pool.submit(_run_job_quiet, (cfg, job, out_dir, ts))) for job in jobs]
         error = None
-        for job, fut in futures:
+        for i, (job, fut) in enumerate(futures):
             res = fut.result()  # wait for every rank, so all written reports are known
-            bar = bars.get(job.label)
+            bar = bars.get(i)
             if bar is not None:
                 if not isinstance(res, Exception):
                     bar("done", 1, 1)

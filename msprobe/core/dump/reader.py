@@ -33,6 +33,7 @@ STATE_INPUT = "input"
 STATE_PARAMETERS = "parameters"
 STATE_OUTPUT = "output"
 STATE_PARAMETERS_GRAD = "parameters_grad"
+STATE_DEBUG = "debug"
 
 # section key -> (name infix, state)
 SECTIONS = (
@@ -246,9 +247,23 @@ _PY_TYPE_NAMES = {
 }
 
 
+def _has_md5_deep(value, depth: int = 0) -> bool:
+    if depth > MAX_DEPTH:
+        return False
+    if isinstance(value, dict):
+        return "md5" in value or any(_has_md5_deep(v, depth + 1) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_md5_deep(v, depth + 1) for v in value)
+    return False
+
+
 def has_md5(data: dict) -> bool:
     """Whether a dump's records carry md5 values (then a compare of two statistics dumps is an md5 one)."""
-    for body in data.values():
+    for op, body in data.items():
+        if isinstance(op, str) and op.endswith(".debug"):
+            if _has_md5_deep(body):
+                return True
+            continue
         if not isinstance(body, dict):
             continue
         for section in body.values():
@@ -321,10 +336,13 @@ def read_dump(path: str, side: str, stack_path: Optional[str] = None) -> DumpRow
             )
         walker.op = op
         parts = op.split(".")
-        if not isinstance(body, dict):
+        if not isinstance(body, (dict, list)) or (isinstance(body, list) and parts[-1] != STATE_DEBUG):
             raise MsprobeError(f"{side} dump.json {path}: entry '{op}' is a {type(body).__name__}, expected an object")
         if parts[-1] == "parameters_grad" or (len(parts) > 1 and parts[-2] == "parameters_grad"):
             walker.walk(body, op, STATE_PARAMETERS_GRAD, True, 0)
+            continue
+        if parts[-1] == STATE_DEBUG:  # debug.json: a saved value of any shape (x.0.debug, y.0.debug.1.k)
+            walker.walk(body, op, STATE_DEBUG, False, 0)
             continue
         for key, infix, state in SECTIONS:
             if key in body:
