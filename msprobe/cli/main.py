@@ -24,6 +24,7 @@ COMMANDS = {
     "graph": ("msprobe.cli.graph", "build or compare hierarchical model graphs (.vis / .vis.db) for tb-graph-ascend"),
     "merge_result": ("msprobe.cli.merge_result", "gather chosen APIs and compare indexes of every rank's compare report into one .xlsx"),
     "op_generate": ("msprobe.cli.op_generate", "write a standalone script that reproduces one API and judges its precision"),
+    "code_mapping": ("msprobe.cli.code_mapping", "link MindSpore static-graph dump files to IR nodes, scopes and source lines (.csv)"),
 }
 
 FRAMEWORKS = ("pytorch", "mindspore")
