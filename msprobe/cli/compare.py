@@ -48,6 +48,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("-lm", "--layer_mapping", nargs="?", const="", default=None, metavar="YAML",
                    help="translate layer names ({LayerClass: {target_child: golden_child}}) for modules and the APIs "
                         "under them (needs construct.json and stack.json); the pairs are saved as data_mapping_<ts>.yaml")
+    k = p.add_argument_group("MindSpore kernel (static-graph) dumps")
+    k.add_argument("--rank", default=None, metavar="R[,R...]",
+                   help="compare MindSpore kernel dumps ({rank}/{net}/{graph}/{iter} dirs of .npy files or statistic.csv) "
+                        "of these ranks; an empty value means all (legacy compare.json: rank_id)")
+    k.add_argument("--step", default=None, metavar="S[,S...]",
+                   help="kernel dumps: only these iterations (default all; legacy compare.json: step_id)")
     r = p.add_argument_group("report")
     r.add_argument("--csv", action="store_true", help="write .csv instead of .xlsx (same numbers)")
     r.add_argument("--no-highlight", dest="no_highlight", action="store_true", help="do not colour suspicious rows")
@@ -86,16 +92,22 @@ def _legacy_config(path: str):
     for key in ("npu_path", "bench_path"):
         if not obj.get(key):
             raise MsprobeError(f"compare.json {path} has no {key!r}; add the path of the {'target' if key == 'npu_path' else 'golden'} dump")
-    for key in ("rank_id", "step_id", "common", "map_dict"):
+    for key in ("common", "map_dict"):
         if key in obj:
-            raise MsprobeError(f"compare.json {path}: {key!r} (MindSpore kernel / directory compare) is not supported yet; remove it")
+            raise MsprobeError(f"compare.json {path}: {key!r} (MindSpore mirror-directory npy compare) is not supported; remove it")
     log_flag = obj.get("is_print_compare_log", True)
     if not isinstance(log_flag, bool):
         raise MsprobeError(f"compare.json {path}: is_print_compare_log must be true or false, not {log_flag!r}")
     stack = obj.get("stack_path")
     if stack is not None and not isinstance(stack, str):
         raise MsprobeError(f"compare.json {path}: stack_path must be a path string")
-    return obj["npu_path"], obj["bench_path"], stack, log_flag
+    kernel = None
+    if "rank_id" in obj or "step_id" in obj:
+        from msprobe.core.compare.kernel import parse_id_list
+
+        kernel = (parse_id_list(obj.get("rank_id") or [], f"compare.json {path}: rank_id"),
+                  parse_id_list(obj.get("step_id") or [], f"compare.json {path}: step_id"))
+    return obj["npu_path"], obj["bench_path"], stack, log_flag, kernel
 
 
 class _Bar:
@@ -131,11 +143,12 @@ def run(args) -> int:
     from msprobe.core.errors import MsprobeError
 
     stack_path = None
+    kernel = None
     tensor_log = args.tensor_log
     if args.input_path:
         if args.target_path or args.golden_path:
             raise MsprobeError("give either -i compare.json or -tp/-gp, not both")
-        target, golden, stack_path, tensor_log = _legacy_config(args.input_path)
+        target, golden, stack_path, tensor_log, kernel = _legacy_config(args.input_path)
         tensor_log = tensor_log or args.tensor_log
     else:
         if not (args.target_path and args.golden_path):
@@ -143,6 +156,12 @@ def run(args) -> int:
         target, golden = args.target_path, args.golden_path
     if args.jobs < 0:
         raise MsprobeError(f"-j/--jobs must be 0 (automatic) or a positive number, not {args.jobs}")
+    if args.rank is not None or args.step is not None:
+        from msprobe.core.compare.kernel import parse_id_list
+
+        kernel = (parse_id_list(args.rank or "", "--rank"), parse_id_list(args.step or "", "--step"))
+    if kernel is not None:
+        return _kernel(args, target, golden, kernel)
     if args.highlight and args.no_highlight:
         raise MsprobeError("-hl and --no-highlight contradict each other; give one")
     if (args.noise_ops or args.da_config or args.top is not None) and not args.diff_analyze:
@@ -177,6 +196,28 @@ def run(args) -> int:
     results = run_compare(cfg, progress_factory=(lambda label: _Bar(label, True)) if show else None)
     _summary(results)
     _analysis(results, acfg)
+    _banner()
+    return 0
+
+
+def _kernel(args, target: str, golden: str, kernel) -> int:
+    """MindSpore static-graph kernel dumps: one report per (rank, step)."""
+    from msprobe.core.compare.kernel import run_kernel_compare
+    from msprobe.core.errors import MsprobeError
+
+    for path, side in ((target, "target"), (golden, "golden")):
+        if os.path.isfile(path):
+            raise MsprobeError(f"--rank/--step (rank_id/step_id) compare MindSpore kernel dump directories, but the "
+                               f"{side} path {path} is a file; pass the dump directories")
+    if args.fuzzy_match or args.api_mapping is not None or args.cell_mapping is not None \
+            or args.data_mapping is not None or args.layer_mapping is not None or args.diff_analyze:
+        raise MsprobeError("kernel dump compare (--rank/--step) pairs kernels by name; -fm, -am, -cm, -dm, -lm and -da "
+                           "do not apply to it")
+    ranks, steps = kernel
+    written = run_kernel_compare(target, golden, args.output_path or "./output", ranks, steps,
+                                 fmt="csv" if args.csv else "xlsx")
+    for job, path, n in written:
+        print(f"kernel compare rank {job.rank} step {job.step}: {job.mode} mode, {n} rows -> {path}")
     _banner()
     return 0
 
