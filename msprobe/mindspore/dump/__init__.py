@@ -1,0 +1,1 @@
+"""MindSpore PyNative dump: collector, hooks and service behind msprobe.mindspore.PrecisionDebugger."""

@@ -1,0 +1,379 @@
+"""Turning captured MindSpore values into dump records, and writing a step's files.
+
+The MindSpore counterpart of :mod:`msprobe.pytorch.dump.collector`: the same record layout, filters,
+construct/stack bookkeeping and file writing (shared pieces come from :mod:`msprobe.core.dump`), with
+MindSpore's naming (``mindspore.Tensor``, MindSpore dtype names, no ``requires_grad``) and ``.npy``
+tensor files.
+
+Statistics are computed on the host with numpy from ``Tensor.asnumpy()``: on CPU that is a view of
+the tensor's memory, it works for every dtype (MindSpore's CPU kernels have no bf16 reductions and no
+``LinalgVectorNorm``), and it runs no MindSpore op, so nothing the tool does shows up in the dump or
+changes the training's op stream. Rules (the reference's MindSpore rules):
+
+* empty tensor: Max/Min/Mean/Norm null; bool: Max = any, Min = all, Mean/Norm null;
+* 0-dim: all four are the value itself;
+* complex: statistics of ``|z|`` (Norm included);
+* int, float64, bf16 (and everything with ``precision: high``) are cast to float32 first; float16 and
+  float32 are reduced in their own dtype (numpy accumulates float16 in float32 and rounds the result).
+"""
+import os
+import zlib
+
+import numpy as np
+
+from msprobe.core.dump import writer as jw
+from msprobe.core.dump.scope import Scope
+from msprobe.core.dump.stack import StackTable
+
+MAX_DEPTH = 400
+_SIMPLE = {bool: "bool", int: "int", float: "float", str: "str"}
+
+
+_AUTO = object()   # backward(): parent taken from the backward cell stack
+
+
+class Collector:
+    def __init__(self, cfg):
+        import mindspore as ms
+        self.ms = ms
+        self.tensor_cls = ms.Tensor
+        try:
+            from mindspore._c_expression.typing import Type as _DType
+        except Exception:     # pragma: no cover
+            _DType = type(ms.float32)
+        self.dtype_cls = _DType
+        self.cfg = cfg
+        self.task = cfg.task
+        self.level = cfg.level
+        self.md5 = cfg.summary_mode == "md5"
+        self.high = cfg.precision == "high"
+        self.save_tensors = cfg.task == "tensor"
+        self.overflow = cfg.task == "overflow_check"
+        self.structure_only = cfg.task == "structure"
+        self.tensor_list = tuple(cfg.tensor_list)
+        self.overflow_left = cfg.overflow_nums
+        self.fwd_in = cfg.dump_forward and cfg.dump_input
+        self.fwd_out = cfg.dump_forward and cfg.dump_output
+        self.bwd_in = cfg.dump_backward and cfg.dump_input
+        self.bwd_out = cfg.dump_backward and cfg.dump_output
+        self.want_backward = cfg.dump_backward
+        self.mix_construct = cfg.level == "mix"
+        self.module_construct = cfg.level in ("L0", "mix")
+        self.scope = Scope(cfg.scope, cfg.list) if (cfg.scope or cfg.list) else None
+        self.step_dir = None
+        self.tensor_dir = None
+        self.generation = 0
+        self.terminated = False
+        self.reset()
+
+    # ------------------------------------------------------------------ state
+    def reset(self):
+        self.data = {}
+        self.construct = {}
+        self.stack = StackTable()
+        self.api_count = {}
+        self.cell_count = {}
+        self.param_grad_state = {}
+        self.fwd_cell_stack = []
+        self.bwd_cell_stack = []
+        self.pending_backward = {}
+        self.generation += 1
+        self.dirty = False
+        if self.scope is not None:
+            self.scope.in_range = self.scope.start is None
+            self.scope.open_expanders = 0
+
+    def set_dir(self, step_dir):
+        self.step_dir = step_dir
+        need = self.save_tensors or self.overflow or bool(self.tensor_list)
+        self.tensor_dir = os.path.join(step_dir, "dump_tensor_data") if need else None
+        if self.tensor_dir:
+            os.makedirs(self.tensor_dir, mode=0o750, exist_ok=True)
+
+    def wanted(self, name):
+        return self.scope is None or self.scope.check(name)
+
+    def wanted_peek(self, name):
+        sc = self.scope
+        if sc is None:
+            return True
+        if sc.start is not None and not sc.in_range and name != sc.start:
+            return False
+        return not sc.names or sc.open_expanders > 0 or any(item in name for item in sc.names)
+
+    # ------------------------------------------------------------------ values
+    def _host(self, t):
+        """numpy array of ``t`` (bf16 as float32; the array the statistics and files are made of)."""
+        a = t.asnumpy()
+        if a.dtype.kind not in "biufc":      # bfloat16 (ml_dtypes) and other extension types
+            a = a.astype(np.float32)
+        return a
+
+    def _stats(self, a, rec):
+        if a.size == 0:
+            return
+        kind = a.dtype.kind
+        if kind == "b":
+            rec["Max"] = bool(a.any())
+            rec["Min"] = bool(a.all())
+            return
+        if a.ndim == 0:
+            v = a.item()
+            if isinstance(v, complex):
+                v = abs(v)
+            v = jw.number(v) if isinstance(v, float) else v
+            rec["Max"] = rec["Min"] = rec["Mean"] = rec["Norm"] = v
+            return
+        if kind == "c":
+            a = np.abs(a)
+        elif kind in "iu" or a.dtype == np.float64 or self.high or a.dtype.itemsize < 2:
+            a = a.astype(np.float32)
+        elif kind != "f":
+            a = a.astype(np.float32)
+        flat = a.reshape(-1)
+        rec["Max"] = jw.number(float(flat.max()))
+        rec["Min"] = jw.number(float(flat.min()))
+        if a.dtype == np.float16:
+            rec["Mean"] = jw.number(float(np.float16(flat.mean(dtype=np.float32))))
+            f32 = flat.astype(np.float32)
+            rec["Norm"] = jw.number(float(np.float16(np.sqrt(np.dot(f32, f32)))))
+        else:
+            rec["Mean"] = jw.number(float(flat.mean()))
+            rec["Norm"] = jw.number(float(np.sqrt(np.dot(flat, flat))))
+
+    def tensor_rec(self, t, data_name, save):
+        rec = {"type": "mindspore.Tensor", "dtype": str(t.dtype), "shape": list(t.shape),
+               "Max": None, "Min": None, "Mean": None, "Norm": None}
+        if self.structure_only:
+            return rec
+        a = self._host(t)
+        self._stats(a, rec)
+        if self.md5:
+            rec["md5"] = "%08x" % (zlib.crc32(np.ascontiguousarray(a).tobytes()) & 0xFFFFFFFF)
+        if save and self.tensor_dir is not None:
+            fname = data_name + ".npy"
+            np.save(os.path.join(self.tensor_dir, fname), a)
+            rec["data_name"] = fname
+        return rec
+
+    def convert(self, v, path, save, depth=0):
+        if isinstance(v, self.tensor_cls):
+            return self.tensor_rec(v, path, save)
+        cls = v.__class__
+        simple = _SIMPLE.get(cls)
+        if simple is not None:
+            return {"type": simple, "value": jw.number(v) if cls is float else v}
+        if v is None:
+            return None
+        if depth >= MAX_DEPTH:
+            return None
+        if isinstance(v, (list, tuple)):
+            if isinstance(v, tuple) and hasattr(v, "_fields"):
+                return {k: self.convert(x, f"{path}.{k}", save, depth + 1) for k, x in zip(v._fields, v)}
+            return [self.convert(x, f"{path}.{i}", save, depth + 1) for i, x in enumerate(v)]
+        if isinstance(v, dict):
+            return {str(k): self.convert(x, f"{path}.{k}", save, depth + 1) for k, x in v.items()}
+        if isinstance(v, bool):
+            return {"type": "bool", "value": bool(v)}
+        if isinstance(v, int):
+            return {"type": "int", "value": int(v)}
+        if isinstance(v, float):
+            return {"type": "float", "value": jw.number(float(v))}
+        if isinstance(v, str):
+            return {"type": "str", "value": str(v)}
+        if isinstance(v, self.dtype_cls):
+            return {"type": "mindspore.dtype", "value": str(v)}
+        if isinstance(v, slice):
+            return {"type": "slice", "value": [_slice_part(v.start), _slice_part(v.stop), _slice_part(v.step)]}
+        if v is Ellipsis:
+            return {"type": "ellipsis", "value": "..."}
+        if isinstance(v, np.ndarray):
+            rec = {"type": "numpy.ndarray", "dtype": str(v.dtype), "shape": list(v.shape),
+                   "Max": None, "Min": None, "Mean": None, "Norm": None}
+            if v.dtype.kind in "biufc":
+                self._stats(v, rec)
+            return rec
+        if isinstance(v, np.generic):
+            item = v.item()
+            return {"type": type(v).__name__, "value": jw.number(item) if isinstance(item, float) else item}
+        return None
+
+    def _save_for(self, name):
+        if self.save_tensors or self.overflow:
+            return True
+        if self.tensor_list:
+            return any(item in name for item in self.tensor_list)
+        return False
+
+    # ------------------------------------------------------------------ APIs and primitives
+    def api_inputs(self, name, args, kwargs):
+        """Forward inputs of API/primitive ``name``; returns the pending record (or None when filtered)."""
+        if self.terminated:
+            return None
+        self.dirty = True
+        if self.mix_construct:
+            self.construct[name] = self.fwd_cell_stack[-1] if self.fwd_cell_stack else None
+        if not self.wanted(name) or not (self.fwd_in or self.fwd_out):
+            return None
+        save = self._save_for(name)
+        rec = {}
+        if self.fwd_in:
+            rec["input_args"] = [self.convert(a, f"{name}.input.{i}", save) for i, a in enumerate(args)]
+            rec["input_kwargs"] = {k: self.convert(v, f"{name}.kwargs.{k}", save) for k, v in kwargs.items()}
+        if not self.overflow:
+            self.data[name] = rec
+        self.stack.add(name, skip=4)
+        return rec
+
+    def api_outputs(self, name, rec, out):
+        if rec is None:
+            return
+        if self.fwd_out:
+            save = self._save_for(name)
+            outs = out if isinstance(out, (tuple, list)) else [out]
+            rec["output"] = [self.convert(v, f"{name}.output.{i}", save) for i, v in enumerate(outs)]
+        if self.overflow:
+            self._overflow_check(name, rec)
+
+    def backward(self, name, grad_outputs, grad_inputs, parent=_AUTO):
+        """Backward record: ``input`` = grads of the forward outputs, ``output`` = grads of the inputs."""
+        if self.terminated:
+            return
+        self.dirty = True
+        if self.mix_construct or (self.module_construct and name.startswith("Cell.")):
+            if parent is _AUTO:
+                parent = self.bwd_cell_stack[-1] if self.bwd_cell_stack else None
+            self.construct[name] = parent
+        if not self.wanted(name):
+            return
+        save = self._save_for(name)
+        rec = {}
+        if self.bwd_in:
+            rec["input"] = [self.convert(g, f"{name}.input.{i}", save) for i, g in enumerate(grad_outputs)]
+        if self.bwd_out:
+            rec["output"] = [self.convert(g, f"{name}.output.{i}", save) for i, g in enumerate(grad_inputs)]
+        if self.overflow:
+            self._overflow_check(name, rec)
+        else:
+            self.data[name] = rec
+
+    def _overflow_check(self, name, rec):
+        if not _overflows(rec):
+            self._discard_files(rec)
+            return
+        self.data[name] = rec
+        if self.overflow_left > 0:
+            self.overflow_left -= 1
+            if self.overflow_left == 0:
+                self.terminated = True
+
+    def _discard_files(self, rec):
+        if self.tensor_dir is None:
+            return
+        for leaf in _tensor_leaves(rec):
+            dn = leaf.get("data_name")
+            if dn:
+                try:
+                    os.unlink(os.path.join(self.tensor_dir, dn))
+                except OSError:
+                    pass
+
+    # ------------------------------------------------------------------ cells
+    def cell_inputs(self, name, args, kwargs):
+        save = self._save_for(name)
+        return ([self.convert(a, f"{name}.input.{i}", save) for i, a in enumerate(args)],
+                {k: self.convert(v, f"{name}.kwargs.{k}", save) for k, v in kwargs.items()})
+
+    def cell_forward(self, name, parent, inputs, out, params):
+        if self.terminated:
+            return False
+        self.dirty = True
+        if self.module_construct:
+            self.construct.pop(name, None)
+            self.construct[name] = parent
+        if not self.wanted(name) or not (self.fwd_in or self.fwd_out):
+            return False
+        save = self._save_for(name)
+        rec = {}
+        if inputs is not None:
+            rec["input_args"], rec["input_kwargs"] = inputs
+        if self.fwd_out:
+            outs = out if isinstance(out, (tuple, list)) else [out]
+            rec["output"] = [self.convert(v, f"{name}.output.{i}", save) for i, v in enumerate(outs)]
+        rec["parameters"] = {pn: self.convert(p, f"{name}.parameters.{pn}", save) for pn, p in params}
+        if self.overflow:
+            self._overflow_check(name, rec)
+        else:
+            self.data.pop(name, None)
+            self.data[name] = rec
+        self.stack.add(name, skip=4)
+        return True
+
+    def param_grad(self, prefix, pname, grad):
+        """Gradient of parameter ``pname`` of the cell ``prefix``: ``{prefix}.parameters_grad.{k}``,
+        ``k`` advancing when a parameter of that cell reports a second time in the step."""
+        if self.terminated or self.overflow or not self.want_backward:
+            return
+        self.dirty = True
+        state = self.param_grad_state.get(prefix)
+        if state is None or pname in state[1]:
+            k = 0 if state is None else state[0] + 1
+            state = self.param_grad_state[prefix] = [k, set()]
+        state[1].add(pname)
+        key = f"{prefix}.parameters_grad.{state[0]}"
+        if not self.wanted(key):
+            return
+        rec = self.data.pop(key, None)     # moved to the end on every update (the reference's order)
+        if rec is None:
+            rec = {}
+        self.data[key] = rec
+        rec[pname] = [self.convert(grad, f"{key}.{pname}", self._save_for(key))]
+
+    # ------------------------------------------------------------------ files
+    def header(self):
+        return {"task": self.task, "level": self.level, "framework": "mindspore",
+                "dump_data_dir": self.tensor_dir}
+
+    def flush(self):
+        if self.step_dir is None:
+            return
+        if not self.dirty and not self.pending_backward:
+            return
+        for finish in list(self.pending_backward.values()):
+            finish()
+        self.dirty = False
+        out = self.header()
+        out["data"] = self.data
+        jw.write_step_files(self.step_dir, [("dump.json", out), ("stack.json", self.stack.to_json()),
+                                            ("construct.json", self.construct)])
+
+
+def _slice_part(x):
+    if x is None or isinstance(x, int):
+        return x
+    try:
+        return int(x)
+    except Exception:
+        return None
+
+
+def _tensor_leaves(obj):
+    stack = [obj]
+    while stack:
+        o = stack.pop()
+        if isinstance(o, dict):
+            if "dtype" in o and "shape" in o:
+                yield o
+            else:
+                stack.extend(o.values())
+        elif isinstance(o, list):
+            stack.extend(o)
+
+
+def _overflows(rec):
+    for leaf in _tensor_leaves(rec):
+        for key in ("Max", "Min"):
+            v = leaf.get(key)
+            if isinstance(v, jw.NonFinite):
+                return True
+    return False

@@ -1,0 +1,578 @@
+"""Capturing MindSpore PyNative API, Primitive and Cell calls without changing the training.
+
+How calls are seen
+  * APIs (L1, mix): ``mindspore.ops.*`` (``Functional.*``), ``mindspore.mint.*`` (``Mint.*``),
+    ``mindspore.mint.nn.functional.*`` (``MintFunctional.*``), ``Tensor`` methods (``Tensor.*``) and the
+    distributed functions are wrapped attributes, set at ``start()`` and restored at ``stop()``. MindSpore's
+    own layers look these up at call time (``ops.relu``), so their calls are seen too. Only the
+    outermost call of a chain is recorded (a per-thread depth counter, which also hides the tool's own work).
+  * Primitives (L1, mix, with a model): every ``Primitive`` held as an attribute of a Cell of the model
+    gets its class swapped for a subclass whose ``__call__`` records ``Primitive.{attr}.{Class}.{n}``.
+  * Cells (L0, mix): forward pre-hooks and forward hooks (``Cell.{path}.{Class}.forward.{n}``).
+
+Backward
+  Gradients are observed through ``ops.HookBackward``, an identity in the forward pass whose callback
+  sees the gradient flowing back (and returns None, so the gradient is unchanged): one around the
+  float tensor inputs (grads w.r.t. the inputs: the record's ``output``) and one around the outputs
+  (grads w.r.t. the outputs: the record's ``input``). Weight gradients come from ``Parameter.register_hook``.
+  HookBackward is only inserted while MindSpore is building a gradient graph.
+
+Every hook body runs inside :func:`guarded`: an exception is written once per name to
+``dump_error_info.log`` and training goes on.
+"""
+import functools
+import json
+import logging
+import os
+import threading
+
+import mindspore as ms
+from mindspore import ops
+from mindspore.common.api import _pynative_executor
+from mindspore.ops.primitive import Primitive
+
+log = logging.getLogger("msprobe")
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_MISSING = object()
+_FLOAT_PREFIXES = ("Float", "BFloat", "Complex")
+
+
+class _TLS(threading.local):
+    depth = 0
+
+
+TLS = _TLS()
+
+
+class _Runtime:
+    on = False          # between start() and stop() of a dumped step
+    primitives_on = False
+
+
+RT = _Runtime()
+
+
+@functools.lru_cache(maxsize=1)
+def api_lists():
+    with open(os.path.join(_HERE, "api_lists.json"), encoding="utf-8") as f:
+        data = json.load(f)
+    data.pop("_comment", None)
+    return data
+
+
+def guarded(errors, where, fn, *args):
+    """Run tool code from a hook: nested calls are not recorded; an exception is logged, not raised."""
+    TLS.depth += 1
+    try:
+        return fn(*args)
+    except Exception as exc:
+        errors.record(where, exc)
+        return None
+    finally:
+        TLS.depth -= 1
+
+
+_FLOAT_DTYPES = {}
+
+
+def _is_float(t):
+    d = t.dtype
+    r = _FLOAT_DTYPES.get(d)
+    if r is None:
+        r = _FLOAT_DTYPES[d] = str(d).startswith(_FLOAT_PREFIXES)
+    return r
+
+
+def _grad_on():
+    try:
+        return _pynative_executor.requires_grad()
+    except Exception:
+        return False
+
+
+def _hook_backward(fn, tensors):
+    """``ops.HookBackward(fn)`` applied to ``tensors``; returns the identity outputs as a list."""
+    res = ops.HookBackward(fn)(*tensors)
+    if len(tensors) == 1:
+        return [res[0] if isinstance(res, tuple) else res]
+    return list(res)
+
+
+class Hooks:
+    def __init__(self, service):
+        self.service = service
+        self.col = service.collector
+        self.errors = service.errors
+        self.api_level = service.cfg.level in ("L1", "mix")
+        self.cell_level = service.cfg.level in ("L0", "mix")
+        self._targets = []
+        self._plan = None
+        self._patched = []
+        self.hooked_models = []
+        self._cell_handles = []
+        self._param_handles = []
+        self._prim_classes = {}      # (original class, attr) -> wrapped subclass
+        self._prims = []             # (instance, original class)
+        self.prim_count = {}
+
+    # ------------------------------------------------------------------ APIs
+    def install_api_patches(self):
+        if not self.api_level or self._targets:
+            return
+        lists = api_lists()
+        from mindspore import mint
+        groups = [(ops, "ops", "Functional"), (ms.Tensor, "tensor", "Tensor"), (mint, "mint", "Mint")]
+        try:
+            from mindspore.mint.nn import functional as mint_f
+            groups.append((mint_f, "mint.nn.functional", "MintFunctional"))
+        except Exception:
+            pass
+        try:
+            from mindspore.communication import comm_func
+            groups.append((comm_func, "communication.comm_func", "Distributed"))
+        except Exception:
+            pass
+        try:
+            from mindspore.mint import distributed as mint_dist
+            groups.append((mint_dist, "mint.distributed", "MintDistributed"))
+        except Exception:
+            pass
+        targets = []
+        for owner, key, prefix in groups:
+            for n in lists.get(key, ()):
+                if isinstance(owner, type):
+                    raw = owner.__dict__.get(n, _MISSING)
+                    if raw is _MISSING:
+                        raw = getattr(owner, n, None)
+                    if raw is None or isinstance(raw, (staticmethod, classmethod, property)) or not callable(raw):
+                        continue
+                elif not callable(getattr(owner, n, None)) or isinstance(getattr(owner, n), type):
+                    continue
+                targets.append((owner, n, f"{prefix}.{n}"))
+        self._targets = targets
+
+    def patch_on(self):
+        if self._patched or not self._targets:
+            return
+        if self._plan is None:
+            plan = []
+            for owner, attr, name in self._targets:
+                current = getattr(owner, attr, None)
+                if current is None or getattr(current, "__msprobe_original__", None) is not None:
+                    continue
+                stored = owner.__dict__.get(attr, _MISSING) if isinstance(owner, type) else current
+                plan.append((owner, attr, stored, self._wrapper(name, current)))
+            self._plan = plan
+        for owner, attr, stored, wrapper in self._plan:
+            try:
+                setattr(owner, attr, wrapper)
+            except Exception:
+                continue
+            self._patched.append((owner, attr, stored))
+
+    def patch_off(self):
+        for owner, attr, original in reversed(self._patched):
+            try:
+                if original is _MISSING:
+                    delattr(owner, attr)
+                else:
+                    setattr(owner, attr, original)
+            except Exception:
+                pass
+        self._patched = []
+
+    def _wrapper(self, name, func):
+        call = self.call
+
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            if TLS.depth or not RT.on:
+                return func(*args, **kwargs)
+            return call(name, func, args, kwargs)
+
+        wrapper.__msprobe_original__ = func
+        return wrapper
+
+    def call(self, name, func, args, kwargs):
+        col = self.col
+        n = col.api_count.get(name, 0)
+        fwd = f"{name}.{n}.forward"
+        TLS.depth += 1
+        try:
+            rec = None
+            try:
+                rec = col.api_inputs(fwd, args, kwargs)
+            except Exception as exc:
+                self.errors.record(fwd, exc)
+            state = None
+            if col.want_backward and _grad_on():
+                try:
+                    args, state = self._hook_inputs(f"{name}.{n}.backward", args)
+                except Exception as exc:
+                    self.errors.record(fwd, exc)
+            out = func(*args, **kwargs)
+            col.api_count[name] = n + 1
+            try:
+                col.api_outputs(fwd, rec, out)
+                if state is not None:
+                    out = self._hook_outputs(state, out)
+                if col.terminated:
+                    self.service.overflow_done()
+            except Exception as exc:
+                self.errors.record(fwd, exc)
+            return out
+        finally:
+            TLS.depth -= 1
+
+    def _backward_state(self, bname, parent=None):
+        return {"name": bname, "out": None, "has_in": False, "done": False, "gen": self.col.generation,
+                "n_in": 0}
+
+    def _hook_inputs(self, bname, args):
+        """HookBackward around the float tensor args (grads w.r.t. the inputs end the backward record)."""
+        state = self._backward_state(bname)
+        idx = [i for i, a in enumerate(args) if isinstance(a, ms.Tensor) and _is_float(a)]
+        if not idx:
+            return args, state
+        col = self.col
+        errors = self.errors
+
+        def in_hook(grads):
+            if state["gen"] == col.generation and not state["done"] and not TLS.depth:
+                guarded(errors, bname, self._finish_backward, state, grads)
+            return None
+
+        hooked = _hook_backward(in_hook, [args[i] for i in idx])
+        new = list(args)
+        for i, t in zip(idx, hooked):
+            new[i] = t
+        state["has_in"] = True
+        state["n_in"] = len(idx)
+        return tuple(new), state
+
+    def _hook_outputs(self, state, out):
+        """HookBackward around the float tensor outputs (grads w.r.t. the outputs)."""
+        if isinstance(out, ms.Tensor):
+            items, kind = [out], "t"
+        elif isinstance(out, (tuple, list)):
+            items, kind = list(out), type(out)
+        else:
+            return out
+        idx = [i for i, a in enumerate(items) if isinstance(a, ms.Tensor) and _is_float(a)]
+        if not idx:
+            return out
+        col = self.col
+        errors = self.errors
+
+        def out_hook(grads):
+            if state["gen"] == col.generation and not state["done"] and not TLS.depth:
+                guarded(errors, state["name"], self._got_output_grads, state, grads)
+            return None
+
+        hooked = _hook_backward(out_hook, [items[i] for i in idx])
+        for i, t in zip(idx, hooked):
+            items[i] = t
+        if kind == "t":
+            return items[0]
+        if kind is tuple or kind is list:
+            return kind(items)
+        try:
+            return kind(items)
+        except Exception:
+            return out
+
+    def _got_output_grads(self, state, grads):
+        state["out"] = grads
+        if not state["has_in"]:
+            self._finish_backward(state, ())
+            return
+        col = self.col
+        col.pending_backward[state["name"]] = lambda: self._finish_backward(state, [None] * state["n_in"])
+
+    def _finish_backward(self, state, grads):
+        if state["done"]:
+            return
+        state["done"] = True
+        col = self.col
+        col.pending_backward.pop(state["name"], None)
+        col.backward(state["name"], state["out"] if state["out"] is not None else (), grads)
+
+    # ------------------------------------------------------------------ primitives
+    def register_primitives(self, model):
+        """Swap the class of every Primitive held by a Cell of ``model`` for a recording subclass."""
+        models = list(model) if isinstance(model, (list, tuple)) else [model]
+        seen = set()
+        for root in models:
+            for _, cell in root.cells_and_names():
+                for attr, val in list(vars(cell).items()):
+                    if not isinstance(val, Primitive) or id(val) in seen:
+                        continue
+                    seen.add(id(val))
+                    cls = type(val)
+                    if getattr(cls, "__msprobe_primitive__", False):
+                        continue
+                    sub = self._prim_classes.get((cls, attr))
+                    if sub is None:
+                        sub = self._prim_classes[(cls, attr)] = self._primitive_class(cls, attr)
+                    try:
+                        val.__class__ = sub
+                        self._prims.append((val, cls))
+                    except Exception as exc:
+                        self.errors.record(f"Primitive.{attr}.{cls.__name__}", exc)
+
+    def _primitive_class(self, cls, attr):
+        key = f"{attr}.{cls.__name__}"
+        hooks = self
+        orig_call = cls.__call__
+
+        def __call__(prim, *args, **kwargs):
+            n = hooks.prim_count.get(key, -1) + 1
+            hooks.prim_count[key] = n
+            if TLS.depth or not RT.primitives_on:
+                return orig_call(prim, *args, **kwargs)
+            return hooks.call_primitive(f"Primitive.{key}.{n}", orig_call, prim, args, kwargs)
+
+        return type(cls.__name__, (cls,), {"__call__": __call__, "__msprobe_primitive__": True,
+                                            "__module__": cls.__module__})
+
+    def call_primitive(self, base, orig_call, prim, args, kwargs):
+        col = self.col
+        fwd = f"{base}.forward"
+        bname = f"{base}.backward"
+        TLS.depth += 1
+        try:
+            captured = None
+            if col.want_backward and _grad_on():
+                try:
+                    args, captured = self._hook_primitive_inputs(bname, args)
+                except Exception as exc:
+                    self.errors.record(fwd, exc)
+            rec = None
+            try:
+                rec = col.api_inputs(fwd, args, kwargs)
+            except Exception as exc:
+                self.errors.record(fwd, exc)
+            out = orig_call(prim, *args, **kwargs)
+            try:
+                col.api_outputs(fwd, rec, out)
+                if captured is not None:
+                    out = self._hook_primitive_outputs(bname, captured, out)
+                if col.terminated:
+                    self.service.overflow_done()
+            except Exception as exc:
+                self.errors.record(fwd, exc)
+            return out
+        finally:
+            TLS.depth -= 1
+
+    def _primitive_grad(self, bname, captured, side, grads):
+        """A primitive's backward record, updated as each gradient arrives (in arrival order)."""
+        captured[side].extend(grads)
+        self.col.backward(bname, captured["input"], captured["output"])
+
+    def _hook_primitive_inputs(self, bname, args):
+        captured = {"input": [], "output": [], "gen": self.col.generation}
+        col = self.col
+        errors = self.errors
+
+        def in_hook(grads):
+            if captured["gen"] == col.generation and not TLS.depth:
+                guarded(errors, bname, self._primitive_grad, bname, captured, "output", grads)
+            return None
+
+        new = list(args)
+        for i, a in enumerate(args):
+            if isinstance(a, ms.Tensor) and _is_float(a):
+                new[i] = _hook_backward(in_hook, [a])[0]
+        return tuple(new), captured
+
+    def _hook_primitive_outputs(self, bname, captured, out):
+        col = self.col
+        errors = self.errors
+
+        def out_hook(grads):
+            if captured["gen"] == col.generation and not TLS.depth:
+                guarded(errors, bname, self._primitive_grad, bname, captured, "input", grads)
+            return None
+
+        if isinstance(out, ms.Tensor):
+            return _hook_backward(out_hook, [out])[0] if _is_float(out) else out
+        if isinstance(out, tuple):
+            return tuple(_hook_backward(out_hook, [t])[0] if isinstance(t, ms.Tensor) and _is_float(t) else t
+                         for t in out)
+        return out
+
+    # ------------------------------------------------------------------ cells
+    def register_model(self, model):
+        if any(model is m for m in self.hooked_models):
+            return
+        self.hooked_models.append(model)
+        models = list(model) if isinstance(model, (list, tuple)) else [model]
+        many = isinstance(model, (list, tuple))
+        for i, root in enumerate(models):
+            for path, cell in root.cells_and_names():
+                if cell is root:
+                    continue
+                prefix = f"Cell.{i}.{path}" if many else f"Cell.{path}"
+                self._hook_cell(cell, f"{prefix}.{cell.__class__.__name__}")
+
+    def _hook_cell(self, cell, prefix):
+        hooks = self
+        col = self.col
+        errors = self.errors
+        frames = []
+        params = [(n.split(".")[-1], p) for n, p in cell.parameters_dict(recurse=False).items()]
+
+        def record_inputs(args, kwargs):
+            n = col.cell_count.get(prefix, 0)
+            col.cell_count[prefix] = n + 1
+            name = f"{prefix}.forward.{n}"
+            scope = col.scope
+            expand = False
+            if scope is not None:
+                if scope.start == name:
+                    scope.in_range = True
+                if col.level == "mix" and scope.module_matches(name):
+                    scope.open_expanders += 1
+                    expand = True
+            parent = col.fwd_cell_stack[-1] if col.fwd_cell_stack else None
+            col.fwd_cell_stack.append(name)
+            inputs = None
+            if col.fwd_in and col.wanted_peek(name):
+                inputs = col.cell_inputs(name, args, kwargs)
+            state = None
+            new_args = None
+            if col.want_backward and _grad_on():
+                state = hooks._backward_state(f"{prefix}.backward.{n}")
+                state["cell"] = True
+                new_args, _ = hooks._cell_hook_inputs(state, args)
+            frames.append((name, parent, expand, inputs, col.generation, state))
+            return new_args
+
+        def record_outputs(frame, output):
+            name, parent, expand, inputs, _gen, state = frame
+            if col.fwd_cell_stack and col.fwd_cell_stack[-1] == name:
+                col.fwd_cell_stack.pop()
+            elif name in col.fwd_cell_stack:
+                col.fwd_cell_stack.remove(name)
+            if expand:
+                col.scope.open_expanders -= 1
+            col.cell_forward(name, parent, inputs, output, params)
+            if state is not None:
+                return hooks._cell_hook_outputs(state, output)
+            return None
+
+        def pre(c, args, kwargs):
+            if RT.on and not TLS.depth:
+                new_args = guarded(errors, prefix, record_inputs, args, kwargs)
+                if new_args is not None:
+                    return new_args, kwargs
+            return None
+
+        def post(c, args, kwargs, output):
+            if frames:
+                frame = frames.pop()
+                if frame[4] == col.generation and RT.on and not TLS.depth:
+                    new_out = guarded(errors, frame[0], record_outputs, frame, output)
+                    if new_out is not None:
+                        return new_out
+            return None
+
+        self._cell_handles.append(cell.register_forward_pre_hook(pre, with_kwargs=True))
+        self._cell_handles.append(cell.register_forward_hook(post, with_kwargs=True))
+        for pn, p in params:
+            if p.requires_grad:
+                self._param_handles.append(p.register_hook(self._param_hook(prefix, pn)))
+
+    def _cell_hook_inputs(self, state, args):
+        idx = [i for i, a in enumerate(args) if isinstance(a, ms.Tensor) and _is_float(a)]
+        state["n_in"] = len(idx)
+        if not idx:
+            return None, state
+        col = self.col
+        errors = self.errors
+
+        def in_hook(grads):
+            if state["gen"] == col.generation and not state["done"] and not TLS.depth:
+                guarded(errors, state["name"], self._finish_cell_backward, state, grads)
+            return None
+
+        hooked = _hook_backward(in_hook, [args[i] for i in idx])
+        new = list(args)
+        for i, t in zip(idx, hooked):
+            new[i] = t
+        state["has_in"] = True
+        return tuple(new), state
+
+    def _cell_hook_outputs(self, state, out):
+        if isinstance(out, ms.Tensor):
+            items, kind = [out], "t"
+        elif isinstance(out, tuple):
+            items, kind = list(out), tuple
+        else:
+            return None
+        idx = [i for i, a in enumerate(items) if isinstance(a, ms.Tensor) and _is_float(a)]
+        if not idx:
+            return None
+        col = self.col
+        errors = self.errors
+
+        def out_hook(grads):
+            if state["gen"] == col.generation and not state["done"] and not TLS.depth:
+                guarded(errors, state["name"], self._cell_backward_start, state, grads)
+            return None
+
+        hooked = _hook_backward(out_hook, [items[i] for i in idx])
+        for i, t in zip(idx, hooked):
+            items[i] = t
+        return items[0] if kind == "t" else tuple(items)
+
+    def _cell_backward_start(self, state, grads):
+        col = self.col
+        state["out"] = grads
+        state["parent"] = col.bwd_cell_stack[-1] if col.bwd_cell_stack else None
+        col.bwd_cell_stack.append(state["name"])
+        if col.module_construct:
+            col.construct.setdefault(state["name"], state["parent"])
+        col.pending_backward[state["name"]] = lambda: self._finish_cell_backward(state, [None] * state["n_in"])
+
+    def _finish_cell_backward(self, state, grads):
+        if state["done"]:
+            return
+        state["done"] = True
+        col = self.col
+        col.pending_backward.pop(state["name"], None)
+        name = state["name"]
+        if name in col.bwd_cell_stack:
+            col.bwd_cell_stack.remove(name)
+        col.backward(name, state["out"] if state["out"] is not None else (), grads,
+                     parent=state.get("parent"))
+
+    def _param_hook(self, prefix, pname):
+        col = self.col
+        errors = self.errors
+
+        def hook(grad):
+            if RT.on and not TLS.depth:
+                guarded(errors, f"{prefix}.parameters_grad", col.param_grad, prefix, pname, grad)
+            return None
+
+        return hook
+
+    # ------------------------------------------------------------------ teardown
+    def restore(self):
+        self.patch_off()
+        for h in self._cell_handles + self._param_handles:
+            try:
+                h.remove()
+            except Exception:
+                pass
+        self._cell_handles = []
+        self._param_handles = []
+        for prim, cls in self._prims:
+            try:
+                prim.__class__ = cls
+            except Exception:
+                pass
+        self._prims = []
+        self.hooked_models = []
