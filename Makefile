@@ -34,7 +34,7 @@ demo: venv
 	if [ -z "$$report" ]; then echo "No report found under $(DEMO_DIR)/report" >&2; exit 1; fi; \
 	echo "Report: $$report"
 
-test: venv npu-venv
+test: venv npu-venv ms-venv
 	$(VPY) -m pytest -q -ra tests
 
 bench: venv
@@ -79,3 +79,34 @@ $(NPU_STAMP): setup.py pyproject.toml $(wildcard $(CANN_STUB_TOOL))
 test-npu: npu-venv
 	@test -f $(NPU_STAMP) || { echo "$(NPU_VENV) is not built (see the warning above)" >&2; exit 1; }
 	$(NPU_VPY) -m pytest -q -ra tests/npu
+
+# --- MindSpore PyNative dump (see ../shared/spec/frameworks.md section 1-3 and docs/dump_mindspore.md) -----------------
+# .venv-ms: mindspore 2.10.0 (CPU wheel, 800 MB; needs numpy<2) + msprobe (editable) + pytest. A second venv, not the
+# main one: MindSpore forces numpy<2 on everything in its venv, and its 2.8 GB should not be needed to work on compare.
+# tests/mindspore runs only there; tests/test_mindspore_*.py of the main suite runs it as a subprocess. Building it
+# never fails the build: on any error it warns and leaves no stamp, and the main suite's MindSpore test skips with the
+# reason. MS_WHEEL_DIR may hold a downloaded mindspore wheel (pip then takes it from there).
+MS_VENV := .venv-ms
+MS_VPY := $(MS_VENV)/bin/python
+MS_STAMP := $(MS_VENV)/.stamp
+MS_WHEEL_DIR ?= /tmp/msdl
+
+.PHONY: ms-venv test-ms
+
+ms-venv: $(MS_STAMP)
+
+$(MS_STAMP): setup.py pyproject.toml
+	@rm -f $(MS_STAMP); \
+	links=$$(test -d $(MS_WHEEL_DIR) && echo "--find-links $(MS_WHEEL_DIR)"); \
+	if { test -x $(MS_VPY) || $(PY) -m venv $(MS_VENV); } \
+	  && $(MS_VPY) -m pip install -q $$links mindspore==2.10.0 "numpy<2" pytest \
+	  && $(MS_VPY) -m pip install -q -e . \
+	  && $(MS_VPY) -c "import mindspore"; then \
+		touch $(MS_STAMP); \
+	else \
+		echo "WARNING: could not build $(MS_VENV) (mindspore 2.10.0 install failed); the MindSpore tests will be skipped." >&2; \
+	fi
+
+test-ms: ms-venv
+	@test -f $(MS_STAMP) || { echo "$(MS_VENV) is not built (see the warning above)" >&2; exit 1; }
+	$(MS_VPY) -m pytest -q -ra tests/mindspore

@@ -21,7 +21,6 @@ Every hook body runs inside :func:`guarded`: an exception is written once per na
 ``dump_error_info.log`` and training goes on.
 """
 import functools
-import json
 import logging
 import os
 import threading
@@ -32,7 +31,6 @@ from mindspore.common.api import _pynative_executor
 from mindspore.ops.primitive import Primitive
 
 log = logging.getLogger("msprobe")
-_HERE = os.path.dirname(os.path.abspath(__file__))
 _MISSING = object()
 _FLOAT_PREFIXES = ("Float", "BFloat", "Complex")
 
@@ -52,12 +50,9 @@ class _Runtime:
 RT = _Runtime()
 
 
-@functools.lru_cache(maxsize=1)
 def api_lists():
-    with open(os.path.join(_HERE, "api_lists.json"), encoding="utf-8") as f:
-        data = json.load(f)
-    data.pop("_comment", None)
-    return data
+    from msprobe.mindspore.dump.api_lists import API_LISTS
+    return API_LISTS
 
 
 def guarded(errors, where, fn, *args):
