@@ -180,7 +180,11 @@ def test_dtype_groups():
     assert dtypes_compatible("torch.bfloat16", "torch.float32")
     assert dtypes_compatible("Float16", "BFloat16")
     assert not dtypes_compatible("torch.float32", "torch.int64")
-    assert not dtypes_compatible("torch.float32", "Float32")
+    # across frameworks (MindSpore target, PyTorch golden) the dtype family decides (compare.md §3.3)
+    assert dtypes_compatible("torch.float32", "Float32")
+    assert dtypes_compatible("Int32", "torch.int64")
+    assert not dtypes_compatible("Float32", "torch.int64")
+    assert not dtypes_compatible("Bool", "torch.float32")
 
 
 def test_blocked_kernel_equals_whole_array_formulas():
