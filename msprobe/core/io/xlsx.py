@@ -1025,21 +1025,56 @@ def write_xlsx(path, header, columns, row_styles=None, sheet_name="Sheet", max_r
         _check_sheet_name(sheet_name)
         names = [sheet_name]
     widths = list(col_widths) if col_widths is not None else _default_widths(header, columns, nrows)
-
-    try:
-        _write_package(path, header, columns, styles, names, bounds, widths, force_zip64=False)
-    except RuntimeError as exc:  # a sheet's XML grew past 2 GiB: redo with ZIP64 members
-        if "force_zip64" not in str(exc):
-            raise
-        _write_package(path, header, columns, styles, names, bounds, widths, force_zip64=True)
+    _write_package_retry(path, [_SheetPlan(n, header, columns, styles, a, b, widths) for n, (a, b) in zip(names, bounds)])
     return names
 
 
-def _write_package(path, header, columns, styles, names, bounds, widths, force_zip64: bool) -> None:
-    ncols = len(header)
-    header_xml = _header_row(header)
-    builder = _ChunkBuilder(ncols)
-    filter_refs = [f"$A$1:${_col_letters(ncols - 1)}${e - s + 1}" if ncols else None for s, e in bounds]
+def write_workbook(path, sheets) -> list[str]:
+    """Write several tables into one workbook, one sheet each.
+
+    ``sheets``: ``[(sheet_name, header, columns), ...]`` with ``header``/``columns`` as for
+    :func:`write_xlsx` (no row styles; each table must fit one sheet).  Returns the sheet names."""
+    plans = []
+    for name, header, columns in sheets:
+        _check_sheet_name(name)
+        header = [str(h) for h in header]
+        columns = list(columns)
+        if len(columns) != len(header):
+            raise ValueError(f"sheet {name!r}: {len(columns)} columns for {len(header)} header items")
+        nrows = len(columns[0]) if columns else 0
+        if nrows > EXCEL_MAX_ROWS - 1:
+            raise ValueError(f"sheet {name!r}: {nrows} rows do not fit an Excel sheet")
+        columns = [_normalise_column(c, nrows, j) for j, c in enumerate(columns)]
+        plans.append(_SheetPlan(name, header, columns, None, 0, nrows, _default_widths(header, columns, nrows)))
+    if not plans:
+        raise ValueError("no sheets to write")
+    _write_package_retry(path, plans)
+    return [p.name for p in plans]
+
+
+class _SheetPlan(NamedTuple):
+    name: str
+    header: list
+    columns: list
+    styles: Any  # int8 array over all rows of ``columns``, or None
+    start: int   # the sheet holds rows start..stop of the columns
+    stop: int
+    widths: list
+
+
+def _write_package_retry(path, plans) -> None:
+    try:
+        _write_package(path, plans, force_zip64=False)
+    except RuntimeError as exc:  # a sheet's XML grew past 2 GiB: redo with ZIP64 members
+        if "force_zip64" not in str(exc):
+            raise
+        _write_package(path, plans, force_zip64=True)
+
+
+def _write_package(path, plans, force_zip64: bool) -> None:
+    names = [p.name for p in plans]
+    filter_refs = [f"$A$1:${_col_letters(len(p.header) - 1)}${p.stop - p.start + 1}" if p.header else None
+                   for p in plans]
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=COMPRESS_LEVEL) as zf:
         zf.writestr("[Content_Types].xml", _content_types(len(names)))
         zf.writestr("_rels/.rels", _ROOT_RELS)
@@ -1048,16 +1083,19 @@ def _write_package(path, header, columns, styles, names, bounds, widths, force_z
         zf.writestr("xl/workbook.xml", _workbook(names, filter_refs))
         zf.writestr("xl/_rels/workbook.xml.rels", _workbook_rels(len(names)))
         zf.writestr("xl/styles.xml", _STYLES_XML)
-        for i, (start, stop) in enumerate(bounds):
+        builders = {}
+        for i, p in enumerate(plans):
+            ncols = len(p.header)
+            builder = builders.get(ncols) or builders.setdefault(ncols, _ChunkBuilder(ncols))
             with zf.open(f"xl/worksheets/sheet{i + 1}.xml", "w", force_zip64=force_zip64) as fh:
                 out = _BackgroundWriter(fh)
                 try:
-                    out.write(_sheet_head(ncols, stop - start, widths, selected=i == 0) + header_xml)
-                    for c0 in range(start, stop, CHUNK_ROWS):
-                        c1 = min(c0 + CHUNK_ROWS, stop)
-                        chunk_cols = [col[c0:c1] for col in columns]
-                        chunk_styles = None if styles is None else styles[c0:c1]
-                        out.write(builder.build(chunk_cols, chunk_styles, c0 - start + 2))
-                    out.write(_sheet_tail(ncols, stop - start))
+                    out.write(_sheet_head(ncols, p.stop - p.start, p.widths, selected=i == 0) + _header_row(p.header))
+                    for c0 in range(p.start, p.stop, CHUNK_ROWS):
+                        c1 = min(c0 + CHUNK_ROWS, p.stop)
+                        chunk_cols = [col[c0:c1] for col in p.columns]
+                        chunk_styles = None if p.styles is None else p.styles[c0:c1]
+                        out.write(builder.build(chunk_cols, chunk_styles, c0 - p.start + 2))
+                    out.write(_sheet_tail(ncols, p.stop - p.start))
                 finally:
                     out.close()
