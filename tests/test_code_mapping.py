@@ -339,6 +339,20 @@ def test_statistic_csv_copy_with_code(tmp_path, capsys):
     assert (out_dir / "rank_0" / "Net" / "1" / "0" / "statistic_1.csv").read_bytes() == result.read_bytes()
 
 
+def test_statistic_output_inside_the_dump(tmp_path, capsys):
+    """--output inside --dump_data: a later run does not map its own earlier results again."""
+    dump = tmp_path / "stat_dump"
+    shutil.copytree(DATA / "stat_dump", dump)
+    for _ in range(2):
+        rc, out, err = _run(capsys, "code_mapping", "--ir", str(DATA / "subgraphs.ir"), "--dump_data", str(dump),
+                            "--output", str(dump / "mapped"))
+        assert rc == 0, err
+    found = sorted(str(p.relative_to(dump)) for p in dump.rglob("statistic*.csv"))
+    assert found == ["mapped/rank_0/Net/1/0/statistic.csv", "mapped/rank_0/Net/1/0/statistic_1.csv",
+                     "rank_0/Net/1/0/statistic.csv"]
+    assert "skipped 1 statistic.csv that already hold Code Stack and Scope Name" in err
+
+
 def test_statistic_csv_without_op_name(tmp_path, capsys):
     (tmp_path / "statistic.csv").write_text("Op Type,Name\nAdd,x\n")
     rc, out, err = _run(capsys, "code_mapping", "--ir", str(DATA / "op_suffix.ir"), "--dump_data",

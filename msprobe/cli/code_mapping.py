@@ -46,6 +46,9 @@ def run(args: argparse.Namespace) -> int:
     for src, out, rows, matched in summary.statistic_outputs:
         print(f"statistic rows: {rows}, linked to IR nodes: {matched} ({src})")
         print(f"written: {out}")
+    if summary.already_mapped:
+        print(f"skipped {len(summary.already_mapped)} statistic.csv that already hold Code Stack and Scope Name "
+              f"(earlier results), e.g. {summary.already_mapped[0]}", file=sys.stderr)
     if summary.missing_mapping:
         print(f"warning: shortened (all-digit) file names without a mapping.csv in {len(summary.missing_mapping)} "
               f"directory(ies), e.g. {summary.missing_mapping[0]}: those rows have no code stack", file=sys.stderr)

@@ -45,6 +45,7 @@ class Summary:
         self.statistic_outputs: List[Tuple[str, str, int, int]] = []  # (input, output, rows, matched)
         self.unnamed: List[str] = []  # files whose name holds no op name
         self.missing_mapping: List[str] = []  # directories of shortened names without a mapping.csv
+        self.already_mapped: List[str] = []  # statistic.csv files that already carry the two columns
 
 
 def find_dump_files(path: str) -> Tuple[List[str], List[str]]:
@@ -198,15 +199,17 @@ def write_tensor_csv(npy_files: List[str], binder: Binder, output_dir: str, summ
     return summary.csv_path
 
 
-def write_statistic_csv(stat_file: str, dump_root: str, binder: Binder, output_dir: str, summary: Summary) -> str:
-    """Write a copy of ``stat_file`` with Code Stack and Scope Name columns; return its path."""
+def write_statistic_csv(stat_file: str, dump_root: str, binder: Binder, output_dir: str, summary: Summary) -> Optional[str]:
+    """Write a copy of ``stat_file`` with Code Stack and Scope Name columns; return its path.
+
+    A file whose header already ends with those columns (an earlier result, e.g. under an output
+    directory inside the dump) is skipped: None.
+    """
     if os.path.isdir(dump_root):
         rel_dir = os.path.relpath(os.path.dirname(stat_file), dump_root)
     else:
         rel_dir = "."
     target_dir = os.path.normpath(os.path.join(output_dir, rel_dir))
-    os.makedirs(target_dir, mode=0o750, exist_ok=True)
-    final = unique_path(os.path.join(target_dir, STATISTIC_FILE))
     graph_id = _graph_id(os.path.realpath(stat_file))
     counts = [0, 0]
 
@@ -218,6 +221,9 @@ def write_statistic_csv(stat_file: str, dump_root: str, binder: Binder, output_d
         trailing = len(header) > 1 and header[-1] == ""
         if trailing:
             header = header[:-1]
+        if [h.strip() for h in header[-2:]] == STAT_COLUMNS:
+            summary.already_mapped.append(stat_file)
+            return None
         try:
             col = [h.strip() for h in header].index("Op Name")
         except ValueError:
@@ -226,6 +232,8 @@ def write_statistic_csv(stat_file: str, dump_root: str, binder: Binder, output_d
                 "expected a MindSpore statistic.csv"
             )
         width = len(header)
+        os.makedirs(target_dir, mode=0o750, exist_ok=True)
+        final = unique_path(os.path.join(target_dir, STATISTIC_FILE))
 
         def write(tmp: str) -> None:
             with open(tmp, "w", encoding="utf-8", newline="") as out:
