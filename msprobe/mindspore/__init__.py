@@ -18,7 +18,8 @@ class MindSporeMissingError(MsprobeError, ImportError):
 
 def _mindspore_state():
     try:
-        if importlib.util.find_spec("mindspore") is None:
+        spec = importlib.util.find_spec("mindspore")
+        if spec is None or spec.origin in (None, "namespace"):     # absent, or just a folder of that name
             return "not installed"
     except (ImportError, ValueError) as exc:
         return f"not importable ({type(exc).__name__}: {exc})"
