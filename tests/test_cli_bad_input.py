@@ -582,8 +582,16 @@ def test_legacy_npu_path_missing_file(stat_pair, tmp_path):
 def test_legacy_unsupported_key(stat_pair, tmp_path):
     t, g = stat_pair
     res, out, cj = legacy(tmp_path, {"npu_path": str(t / "dump.json"), "bench_path": str(g / "dump.json"),
-                                     "rank_id": [0]})
-    assert_user_error(res, out, cj, "'rank_id'")
+                                     "common": True})
+    assert_user_error(res, out, cj, "'common'")
+
+
+def test_legacy_kernel_keys_need_directories(stat_pair, tmp_path):
+    """rank_id/step_id select the MindSpore kernel compare, which reads dump directories, not dump.json files."""
+    t, g = stat_pair
+    res, out, _ = legacy(tmp_path, {"npu_path": str(t / "dump.json"), "bench_path": str(g / "dump.json"),
+                                    "rank_id": [0]})
+    assert_user_error(res, out, "kernel dump directories", "is a file")
 
 
 def test_input_together_with_target(stat_pair, tmp_path):
