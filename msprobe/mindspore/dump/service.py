@@ -146,6 +146,9 @@ class Service:
         if self.active_step is None:
             return
         guarded(self.errors, "flush", self.collector.flush)
+        errors, self.collector.stat_errors = self.collector.stat_errors, []
+        for exc in errors[:1]:
+            self.errors.record("statistics", exc)
 
     def overflow_done(self):
         RT.on = False
