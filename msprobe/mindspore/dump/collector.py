@@ -43,6 +43,7 @@ class Collector:
         except Exception:     # pragma: no cover
             _DType = type(ms.float32)
         self.dtype_cls = _DType
+        self.param_cls = ms.Parameter
         self.cfg = cfg
         self.task = cfg.task
         self.level = cfg.level
@@ -63,6 +64,9 @@ class Collector:
         self.scope = Scope(cfg.scope, cfg.list) if (cfg.scope or cfg.list) else None
         self.defer = not (self.md5 or self.save_tensors or self.overflow or self.tensor_list or self.structure_only)
         self.pending = []
+        # (shape, dtype) of the model's parameters: a recorded tensor of such a shape may alias a parameter
+        # (Tensor.to to the same dtype, identities) that the optimizer updates in place: copied when recorded
+        self.param_keys = set()
         self.stat_errors = []
         self.step_dir = None
         self.tensor_dir = None
@@ -169,10 +173,11 @@ class Collector:
             return rec
         if self.defer:
             # statistics only: read the values at the next flush, after one synchronisation, instead of
-            # draining MindSpore's asynchronous op queue once per tensor (about 10 ms each on CPU). The tensor
-            # is copied (one asynchronous op): parameters, and identities/views of them, are updated in place
-            # by the optimizer before stop().
-            self.pending.append((t.copy(), rec))
+            # draining MindSpore's asynchronous op queue once per tensor (about 10 ms each on CPU). Parameters,
+            # and tensors shaped like one (possible aliases), are copied now: the optimizer updates parameters
+            # in place before stop().
+            alias = (tuple(t.shape), t.dtype) in self.param_keys
+            self.pending.append((t.copy() if alias or isinstance(t, self.param_cls) else t, rec))
             if len(self.pending) >= FLUSH_STATS_EVERY:
                 self.resolve()
             return rec
@@ -255,7 +260,7 @@ class Collector:
         self.stack.add(name, skip=4)
         return rec
 
-    def api_outputs(self, name, rec, out):
+    def api_outputs(self, name, rec, out, args=()):
         if rec is None:
             return
         if self.fwd_out:

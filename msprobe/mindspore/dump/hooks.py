@@ -195,6 +195,7 @@ class Hooks:
         TLS.depth += 1
         try:
             rec = None
+            shown = args
             try:
                 rec = col.api_inputs(fwd, args, kwargs)
             except Exception as exc:
@@ -208,7 +209,7 @@ class Hooks:
             out = func(*args, **kwargs)
             col.api_count[name] = n + 1
             try:
-                col.api_outputs(fwd, rec, out)
+                col.api_outputs(fwd, rec, out, shown)
                 if state is not None:
                     out = self._hook_outputs(state, out)
                 if col.terminated:
@@ -336,20 +337,21 @@ class Hooks:
         bname = f"{base}.backward"
         TLS.depth += 1
         try:
+            rec = None
+            try:
+                rec = col.api_inputs(fwd, args, kwargs)      # the arguments as passed (parameters stay parameters)
+            except Exception as exc:
+                self.errors.record(fwd, exc)
+            shown = args
             captured = None
             if col.want_backward and _grad_on():
                 try:
                     args, captured = self._hook_primitive_inputs(bname, args)
                 except Exception as exc:
                     self.errors.record(fwd, exc)
-            rec = None
-            try:
-                rec = col.api_inputs(fwd, args, kwargs)
-            except Exception as exc:
-                self.errors.record(fwd, exc)
             out = orig_call(prim, *args, **kwargs)
             try:
-                col.api_outputs(fwd, rec, out)
+                col.api_outputs(fwd, rec, out, shown)
                 if captured is not None:
                     out = self._hook_primitive_outputs(bname, captured, out)
                 if col.terminated:

@@ -92,6 +92,12 @@ class Service:
         if not self.rank_ok:
             return
         if model is not None:
+            try:
+                for m in (model if isinstance(model, (list, tuple)) else [model]):
+                    for p in m.get_parameters():
+                        self.collector.param_keys.add((tuple(p.shape), p.dtype))
+            except Exception as exc:
+                self.errors.record("parameters", exc)
             if cfg.level in ("L0", "mix"):
                 self.hooks.register_model(model)
             if cfg.level in ("L1", "mix") and not self.hooks._prims:
