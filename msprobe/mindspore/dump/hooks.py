@@ -22,7 +22,6 @@ Every hook body runs inside :func:`guarded`: an exception is written once per na
 """
 import functools
 import logging
-import os
 import threading
 
 import mindspore as ms
