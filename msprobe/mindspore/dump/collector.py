@@ -22,6 +22,7 @@ import zlib
 import numpy as np
 
 from msprobe.core.dump import writer as jw
+from msprobe.core.dump.records import record_overflows, slice_record, tensor_leaves
 from msprobe.core.dump.scope import Scope
 from msprobe.core.dump.stack import StackTable
 
@@ -219,7 +220,7 @@ class Collector:
         if isinstance(v, self.dtype_cls):
             return {"type": "mindspore.dtype", "value": str(v)}
         if isinstance(v, slice):
-            return {"type": "slice", "value": [_slice_part(v.start), _slice_part(v.stop), _slice_part(v.step)]}
+            return slice_record(v)
         if v is Ellipsis:
             return {"type": "ellipsis", "value": "..."}
         if isinstance(v, np.ndarray):
@@ -293,7 +294,7 @@ class Collector:
             self.data[name] = rec
 
     def _overflow_check(self, name, rec):
-        if not _overflows(rec):
+        if not record_overflows(rec):
             self._discard_files(rec)
             return
         self.data[name] = rec
@@ -305,7 +306,7 @@ class Collector:
     def _discard_files(self, rec):
         if self.tensor_dir is None:
             return
-        for leaf in _tensor_leaves(rec):
+        for leaf in tensor_leaves(rec):
             dn = leaf.get("data_name")
             if dn:
                 try:
@@ -382,34 +383,3 @@ class Collector:
         out["data"] = self.data
         jw.write_step_files(self.step_dir, [("dump.json", out), ("stack.json", self.stack.to_json()),
                                             ("construct.json", self.construct)])
-
-
-def _slice_part(x):
-    if x is None or isinstance(x, int):
-        return x
-    try:
-        return int(x)
-    except Exception:
-        return None
-
-
-def _tensor_leaves(obj):
-    stack = [obj]
-    while stack:
-        o = stack.pop()
-        if isinstance(o, dict):
-            if "dtype" in o and "shape" in o:
-                yield o
-            else:
-                stack.extend(o.values())
-        elif isinstance(o, list):
-            stack.extend(o)
-
-
-def _overflows(rec):
-    for leaf in _tensor_leaves(rec):
-        for key in ("Max", "Min"):
-            v = leaf.get(key)
-            if isinstance(v, jw.NonFinite):
-                return True
-    return False

@@ -16,7 +16,8 @@ import torch
 from msprobe.core.dump import writer as jw
 from msprobe.core.dump.scope import Scope
 from msprobe.core.dump.stack import StackTable
-from msprobe.pytorch.dump.stats import StatBuffer, _plain, _tensor_type_name, crc32_deferred, overflow_in
+from msprobe.core.dump.records import record_overflows, slice_record, tensor_leaves
+from msprobe.pytorch.dump.stats import StatBuffer, _plain, _tensor_type_name, crc32_deferred
 
 MAX_DEPTH = 400
 FLUSH_STATS_EVERY = 4096     # pending tensors: resolve statistics so device scalars do not pile up
@@ -211,7 +212,7 @@ class Collector:
         if isinstance(v, str):
             return {"type": "str", "value": str(v)}
         if isinstance(v, slice):
-            return {"type": "slice", "value": [_slice_part(v.start), _slice_part(v.stop), _slice_part(v.step)]}
+            return slice_record(v)
         if v is Ellipsis:
             return {"type": "ellipsis", "value": "..."}
         if isinstance(v, torch.memory_format):
@@ -335,7 +336,7 @@ class Collector:
 
     def _overflow_check(self, name, rec):
         self.stats.resolve()
-        if not overflow_in(_stat_values(rec)):
+        if not record_overflows(rec):
             self._discard_files(rec)
             return
         self.data[name] = rec
@@ -348,7 +349,7 @@ class Collector:
         if self.tensor_dir is None:
             return
         self.writer.wait()
-        for leaf in _tensor_leaves(rec):
+        for leaf in tensor_leaves(rec):
             dn = leaf.get("data_name")
             if dn:
                 try:
@@ -482,31 +483,3 @@ class Collector:
     def wait_writes(self):
         """Block until every queued tensor file and JSON file is on disk (async_dump)."""
         self.writer.wait()
-
-
-def _slice_part(x):
-    if x is None or isinstance(x, int):
-        return x
-    try:
-        return int(x)
-    except Exception:
-        return None
-
-
-def _tensor_leaves(obj):
-    stack = [obj]
-    while stack:
-        o = stack.pop()
-        if isinstance(o, dict):
-            if "dtype" in o and "shape" in o:
-                yield o
-            else:
-                stack.extend(o.values())
-        elif isinstance(o, list):
-            stack.extend(o)
-
-
-def _stat_values(rec):
-    for leaf in _tensor_leaves(rec):
-        yield leaf.get("Max")
-        yield leaf.get("Min")

@@ -25,7 +25,7 @@ import zlib
 
 import torch
 
-from msprobe.core.dump.writer import NonFinite, number
+from msprobe.core.dump.writer import number
 
 _FLOAT_KEEP = (torch.float32, torch.float16, torch.bfloat16)
 _PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
@@ -329,11 +329,3 @@ def _fill(slot, mx, mn, mean, norm):
         rec["Min"] = mn
         rec["Mean"] = mean
         rec["Norm"] = norm
-
-
-def overflow_in(values):
-    """True when any number in ``values`` is inf or nan."""
-    for v in values:
-        if isinstance(v, NonFinite) or (isinstance(v, float) and not math.isfinite(v)):
-            return True
-    return False
