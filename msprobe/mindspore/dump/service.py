@@ -1,10 +1,8 @@
-"""The dump lifecycle behind the MindSpore PrecisionDebugger: steps, ranks, start/stop/step, flushing."""
-import atexit
-import glob
+"""The MindSpore side of the dump lifecycle (steps, ranks, start/stop/step: msprobe.core.dump.lifecycle)."""
 import logging
-import os
 
 from msprobe.core.dump.errorlog import ErrorLog
+from msprobe.core.dump.lifecycle import DumpLifecycle
 from msprobe.core.errors import MsprobeError
 from msprobe.mindspore.dump.collector import Collector
 from msprobe.mindspore.dump.hooks import RT, Hooks, guarded
@@ -28,69 +26,32 @@ def _is_cell(obj):
     return isinstance(obj, nn.Cell)
 
 
-class Service:
+class Service(DumpLifecycle):
     def __init__(self, cfg):
         self.cfg = cfg
         self.collector = Collector(cfg)
         self.errors = ErrorLog(cfg.dump_path)
         self.hooks = Hooks(self)
-        self.loop = 0
-        self.init_step = 0
-        self.pid = os.getpid()
-        self.first_start = True
-        self.rank_ok = True
-        self.ended = False
-        self.active_step = None
-        self._restore_pending = False
-        self._check_existing()
+        self._init_lifecycle(cfg)
         if cfg.level in ("L1", "mix"):
             self.hooks.install_api_patches()
-        atexit.register(self._at_exit)
 
-    @staticmethod
-    def _rank_dir_name(rank):
-        return "rank" if rank is None else f"rank{rank}"
+    # ------------------------------------------------------------------ the framework part of the lifecycle
+    def rank(self):
+        return _rank()
 
-    def _check_existing(self):
-        pattern = os.path.join(glob.escape(self.cfg.dump_path), "step*", "rank*", "dump.json")
-        found = sorted(glob.glob(pattern))
-        if found:
-            raise MsprobeError(
-                f"dump_path {self.cfg.dump_path} already holds a dump "
-                f"({os.path.relpath(found[0], self.cfg.dump_path)}); msprobe does not overwrite results: "
-                "choose a new dump_path or remove the old dump")
-
-    @property
-    def current_iter(self):
-        return self.loop + self.init_step
-
-    def start(self, model=None):
-        self._settle()
-        if self.ended or os.getpid() != self.pid:
-            return
-        cfg = self.cfg
+    def _check_start(self, model):
         if model is not None:
-            models = model if isinstance(model, (list, tuple)) else [model]
-            for m in models:
+            for m in (model if isinstance(model, (list, tuple)) else [model]):
                 if not _is_cell(m):
                     raise MsprobeError(f"PrecisionDebugger.start(model): model must be a mindspore.nn.Cell or a "
                                        f"list of them, got {type(m).__name__}")
-        if cfg.level in ("L0", "mix") and model is None:
-            raise MsprobeError(f"PrecisionDebugger.start(model): level {cfg.level} records Cells, so pass the "
+        if self.cfg.level in ("L0", "mix") and model is None:
+            raise MsprobeError(f"PrecisionDebugger.start(model): level {self.cfg.level} records Cells, so pass the "
                                "network: debugger.start(model=net)")
-        it = self.current_iter
-        if cfg.step and it > max(cfg.step):
-            self.end()
-            return
-        if cfg.step and it not in cfg.step:
-            return
-        if self.first_start:
-            self.first_start = False
-            rank = _rank()
-            if cfg.rank and (rank if rank is not None else 0) not in cfg.rank:
-                self.rank_ok = False
-        if not self.rank_ok:
-            return
+
+    def _begin(self, model):
+        cfg = self.cfg
         if model is not None:
             try:
                 for m in (model if isinstance(model, (list, tuple)) else [model]):
@@ -102,86 +63,29 @@ class Service:
                 self.hooks.register_model(model)
             if cfg.level in ("L1", "mix") and not self.hooks._prims:
                 self.hooks.register_primitives(model)
-        self._open_step()
         self.hooks.patch_on()
         RT.on = True
         RT.primitives_on = True
 
-    def _open_step(self):
-        it = self.current_iter
-        if self.active_step == it:
-            return
-        step_dir = os.path.join(self.cfg.dump_path, f"step{it}", self._rank_dir_name(_rank()))
-        os.makedirs(step_dir, mode=0o750, exist_ok=True)
-        self.collector.set_dir(step_dir)
-        self.errors.directory = step_dir
-        self.active_step = it
+    def _pause(self, in_step):
+        was_on = RT.on
+        if not in_step and not was_on:
+            return False
+        self._switch_off()
+        self.hooks.patch_off()
+        return was_on
 
-    def stop(self):
-        self._settle()
-        if self.ended or os.getpid() != self.pid:
-            return
-        if not RT.on:
-            return
+    def _switch_off(self):
         RT.on = False
         RT.primitives_on = False
-        self.hooks.patch_off()
-        self._flush()
 
-    def step(self):
-        self._settle()
-        if os.getpid() != self.pid:
-            return
-        RT.on = False
-        RT.primitives_on = False
-        self.hooks.patch_off()
-        if not self.ended:
-            self._flush()
-        self.collector.reset()
-        self.hooks.prim_count.clear()
-        self.active_step = None
-        self.loop += 1
+    def _guarded(self, where, fn):
+        guarded(self.errors, where, fn)
 
-    def set_init_step(self, step):
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise MsprobeError(f"set_init_step: step must be an int >= 0, got {step!r}")
-        self.init_step = step
-        self.loop = 0
-
-    def _flush(self):
-        if self.active_step is None:
-            return
-        guarded(self.errors, "flush", self.collector.flush)
+    def _flush_errors(self):
         errors, self.collector.stat_errors = self.collector.stat_errors, []
         for exc in errors[:1]:
             self.errors.record("statistics", exc)
 
-    def overflow_done(self):
-        RT.on = False
-        RT.primitives_on = False
-        self._flush()
-        self.ended = True
-        self._restore_pending = True
-        log.info("msprobe ends successfully.")
-
-    def _settle(self):
-        if self._restore_pending:
-            self._restore_pending = False
-            self.hooks.restore()
-
-    def end(self):
-        if self.ended:
-            return
-        self.ended = True
-        RT.on = False
-        RT.primitives_on = False
-        self.hooks.restore()
-        log.info("msprobe ends successfully.")
-
-    def _at_exit(self):
-        try:
-            if os.getpid() == self.pid and not self.ended and self.active_step is not None:
-                RT.on = False
-                self._flush()
-        except Exception:
-            pass
+    def _after_step(self):
+        self.hooks.prim_count.clear()
