@@ -22,8 +22,8 @@ import zlib
 import numpy as np
 
 from msprobe.core.dump import writer as jw
-from msprobe.core.dump.records import record_overflows, slice_record, tensor_leaves
-from msprobe.core.dump.scope import Scope
+from msprobe.core.dump.records import slice_record
+from msprobe.core.dump.collector_base import CollectorBase
 from msprobe.core.dump.stack import StackTable
 
 MAX_DEPTH = 400
@@ -34,7 +34,9 @@ _SIMPLE = {bool: "bool", int: "int", float: "float", str: "str"}
 _AUTO = object()   # backward(): parent taken from the backward cell stack
 
 
-class Collector:
+class Collector(CollectorBase):
+    framework = "mindspore"
+
     def __init__(self, cfg):
         import mindspore as ms
         self.ms = ms
@@ -45,34 +47,14 @@ class Collector:
             _DType = type(ms.float32)
         self.dtype_cls = _DType
         self.param_cls = ms.Parameter
-        self.cfg = cfg
-        self.task = cfg.task
-        self.level = cfg.level
-        self.md5 = cfg.summary_mode == "md5"
+        self._init_rules(cfg)
         self.high = cfg.precision == "high"
-        self.save_tensors = cfg.task == "tensor"
-        self.overflow = cfg.task == "overflow_check"
-        self.structure_only = cfg.task == "structure"
-        self.tensor_list = tuple(cfg.tensor_list)
-        self.overflow_left = cfg.overflow_nums
-        self.fwd_in = cfg.dump_forward and cfg.dump_input
-        self.fwd_out = cfg.dump_forward and cfg.dump_output
-        self.bwd_in = cfg.dump_backward and cfg.dump_input
-        self.bwd_out = cfg.dump_backward and cfg.dump_output
-        self.want_backward = cfg.dump_backward
-        self.mix_construct = cfg.level == "mix"
-        self.module_construct = cfg.level in ("L0", "mix")
-        self.scope = Scope(cfg.scope, cfg.list) if (cfg.scope or cfg.list) else None
         self.defer = not (self.md5 or self.save_tensors or self.overflow or self.tensor_list or self.structure_only)
         self.pending = []
         # (shape, dtype) of the model's parameters: a recorded tensor of such a shape may alias a parameter
         # (Tensor.to to the same dtype, identities) that the optimizer updates in place: copied when recorded
         self.param_keys = set()
         self.stat_errors = []
-        self.step_dir = None
-        self.tensor_dir = None
-        self.generation = 0
-        self.terminated = False
         self.reset()
 
     # ------------------------------------------------------------------ state
@@ -87,29 +69,7 @@ class Collector:
         self.fwd_cell_stack = []
         self.bwd_cell_stack = []
         self.pending_backward = {}
-        self.generation += 1
-        self.dirty = False
-        if self.scope is not None:
-            self.scope.in_range = self.scope.start is None
-            self.scope.open_expanders = 0
-
-    def set_dir(self, step_dir):
-        self.step_dir = step_dir
-        need = self.save_tensors or self.overflow or bool(self.tensor_list)
-        self.tensor_dir = os.path.join(step_dir, "dump_tensor_data") if need else None
-        if self.tensor_dir:
-            os.makedirs(self.tensor_dir, mode=0o750, exist_ok=True)
-
-    def wanted(self, name):
-        return self.scope is None or self.scope.check(name)
-
-    def wanted_peek(self, name):
-        sc = self.scope
-        if sc is None:
-            return True
-        if sc.start is not None and not sc.in_range and name != sc.start:
-            return False
-        return not sc.names or sc.open_expanders > 0 or any(item in name for item in sc.names)
+        self._reset_scope()
 
     # ------------------------------------------------------------------ values
     def _host(self, t):
@@ -234,13 +194,6 @@ class Collector:
             return {"type": type(v).__name__, "value": jw.number(item) if isinstance(item, float) else item}
         return None
 
-    def _save_for(self, name):
-        if self.save_tensors or self.overflow:
-            return True
-        if self.tensor_list:
-            return any(item in name for item in self.tensor_list)
-        return False
-
     # ------------------------------------------------------------------ APIs and primitives
     def api_inputs(self, name, args, kwargs):
         """Forward inputs of API/primitive ``name``; returns the pending record (or None when filtered)."""
@@ -292,27 +245,6 @@ class Collector:
             self._overflow_check(name, rec)
         else:
             self.data[name] = rec
-
-    def _overflow_check(self, name, rec):
-        if not record_overflows(rec):
-            self._discard_files(rec)
-            return
-        self.data[name] = rec
-        if self.overflow_left > 0:
-            self.overflow_left -= 1
-            if self.overflow_left == 0:
-                self.terminated = True
-
-    def _discard_files(self, rec):
-        if self.tensor_dir is None:
-            return
-        for leaf in tensor_leaves(rec):
-            dn = leaf.get("data_name")
-            if dn:
-                try:
-                    os.unlink(os.path.join(self.tensor_dir, dn))
-                except OSError:
-                    pass
 
     # ------------------------------------------------------------------ cells
     def cell_inputs(self, name, args, kwargs):
@@ -366,10 +298,6 @@ class Collector:
         rec[pname] = [self.convert(grad, f"{key}.{pname}", self._save_for(key))]
 
     # ------------------------------------------------------------------ files
-    def header(self):
-        return {"task": self.task, "level": self.level, "framework": "mindspore",
-                "dump_data_dir": self.tensor_dir}
-
     def flush(self):
         if self.step_dir is None:
             return

@@ -14,9 +14,9 @@ import zlib
 import torch
 
 from msprobe.core.dump import writer as jw
-from msprobe.core.dump.scope import Scope
+from msprobe.core.dump.collector_base import CollectorBase
 from msprobe.core.dump.stack import StackTable
-from msprobe.core.dump.records import record_overflows, slice_record, tensor_leaves
+from msprobe.core.dump.records import slice_record
 from msprobe.pytorch.dump.stats import StatBuffer, _plain, _tensor_type_name, crc32_deferred
 
 MAX_DEPTH = 400
@@ -77,33 +77,19 @@ class TensorWriter:
             self._q.join()
 
 
-class Collector:
+class Collector(CollectorBase):
     def __init__(self, cfg, framework="pytorch"):
-        self.cfg = cfg
-        self.task = cfg.task
-        self.level = cfg.level
-        self.md5 = cfg.summary_mode == "md5"
-        self.save_tensors = cfg.task == "tensor"
-        self.overflow = cfg.task == "overflow_check"
-        self.structure_only = cfg.task == "structure"
-        self.tensor_list = tuple(cfg.tensor_list)
-        self.overflow_left = cfg.overflow_nums
-        self.fwd_in = cfg.dump_forward and cfg.dump_input
-        self.fwd_out = cfg.dump_forward and cfg.dump_output
-        self.bwd_in = cfg.dump_backward and cfg.dump_input
-        self.bwd_out = cfg.dump_backward and cfg.dump_output
-        self.want_backward = cfg.dump_backward
-        self.mix_construct = cfg.level == "mix"
-        self.module_construct = cfg.level in ("L0", "mix")
+        self._init_rules(cfg)
         self.writer = TensorWriter(cfg.async_dump)
         self.framework = framework
         self.stats = StatBuffer(cfg.precision)
-        self.scope = Scope(cfg.scope, cfg.list) if (cfg.scope or cfg.list) else None
-        self.step_dir = None
-        self.tensor_dir = None
-        self.generation = 0
-        self.terminated = False
         self.reset()
+
+    def _settle_statistics(self):
+        self.stats.resolve()
+
+    def _settle_files(self):
+        self.writer.wait()
 
     # ------------------------------------------------------------------ state
     def reset(self):
@@ -125,21 +111,7 @@ class Collector:
         self.fwd_module_stack = []
         self.bwd_module_stack = []
         self.pending_backward = {}
-        self.generation += 1
-        self.dirty = False
-        if self.scope is not None:
-            self.scope.in_range = self.scope.start is None
-            self.scope.open_expanders = 0
-
-    def set_dir(self, step_dir):
-        self.step_dir = step_dir
-        need_tensor_dir = self.save_tensors or self.overflow or bool(self.tensor_list)
-        self.tensor_dir = os.path.join(step_dir, "dump_tensor_data") if need_tensor_dir else None
-        if self.tensor_dir:
-            os.makedirs(self.tensor_dir, mode=0o750, exist_ok=True)
-
-    def wanted(self, name):
-        return self.scope is None or self.scope.check(name)
+        self._reset_scope()
 
     # ------------------------------------------------------------------ values
     def tensor_rec(self, t, data_name, save):
@@ -262,14 +234,6 @@ class Collector:
         return {"type": "torch.ProcessGroup", "group_ranks": ranks,
                 "group_id": "%08x" % (zlib.crc32(str(ranks).encode()) & 0xFFFFFFFF)}
 
-    def _save_for(self, name):
-        """Whether the tensors of ``name`` are saved as files (overflow_check: saved, deleted unless it overflows)."""
-        if self.save_tensors or self.overflow:
-            return True
-        if self.tensor_list:
-            return any(item in name for item in self.tensor_list)
-        return False
-
     # ------------------------------------------------------------------ APIs
     def api_inputs(self, name, args, kwargs):
         """Record forward inputs of API ``name``; returns the pending record (or None when filtered)."""
@@ -334,39 +298,7 @@ class Collector:
         else:
             self.data[name] = rec
 
-    def _overflow_check(self, name, rec):
-        self.stats.resolve()
-        if not record_overflows(rec):
-            self._discard_files(rec)
-            return
-        self.data[name] = rec
-        if self.overflow_left > 0:
-            self.overflow_left -= 1
-            if self.overflow_left == 0:
-                self.terminated = True
-
-    def _discard_files(self, rec):
-        if self.tensor_dir is None:
-            return
-        self.writer.wait()
-        for leaf in tensor_leaves(rec):
-            dn = leaf.get("data_name")
-            if dn:
-                try:
-                    os.unlink(os.path.join(self.tensor_dir, dn))
-                except OSError:
-                    pass
-
     # ------------------------------------------------------------------ modules
-    def wanted_peek(self, name):
-        """Would ``name`` be recorded? (no change to the scope's range state)"""
-        sc = self.scope
-        if sc is None:
-            return True
-        if sc.start is not None and not sc.in_range and name != sc.start:
-            return False
-        return not sc.names or sc.open_expanders > 0 or any(item in name for item in sc.names)
-
     def module_inputs(self, name, args, kwargs):
         save = self._save_for(name)
         return ([self.convert(a, f"{name}.input.{i}", save) for i, a in enumerate(args)],
@@ -443,10 +375,6 @@ class Collector:
         self.debug[key] = self.convert(value, key, self.save_tensors)
 
     # ------------------------------------------------------------------ files
-    def header(self):
-        return {"task": self.task, "level": self.level, "framework": self.framework,
-                "dump_data_dir": self.tensor_dir}
-
     def flush(self):
         """Resolve pending statistics and rewrite the step's JSON files."""
         if self.step_dir is None:
