@@ -12,6 +12,7 @@ from msprobe.core.dump.scope import Scope
 
 class CollectorBase:
     framework = ""
+    forward_extra: dict = {}  # keys every module forward record ends with (PyTorch: is_recompute)
 
     def _init_rules(self, cfg) -> None:
         self.cfg = cfg
@@ -104,3 +105,54 @@ class CollectorBase:
     def header(self) -> dict:
         return {"task": self.task, "level": self.level, "framework": self.framework,
                 "dump_data_dir": self.tensor_dir}
+
+    # ---------------------------------------------------------------- module (Cell) and backward records
+    def kwargs_value(self, key, v, path, save):
+        """A keyword argument's record (frameworks record dtype/device keywords specially)."""
+        return self.convert(v, path, save)
+
+    def module_inputs(self, name, args, kwargs):
+        """The records of a module's forward inputs, taken at its pre-hook."""
+        save = self._save_for(name)
+        return ([self.convert(a, f"{name}.input.{i}", save) for i, a in enumerate(args)],
+                {k: self.kwargs_value(k, v, f"{name}.kwargs.{k}", save) for k, v in kwargs.items()})
+
+    def module_forward(self, name, parent, inputs, out, params):
+        """A module's forward record (``inputs`` from :meth:`module_inputs`); False when not recorded."""
+        if self.terminated:
+            return False
+        self.dirty = True
+        if self.module_construct:
+            self.construct.pop(name, None)
+            self.construct[name] = parent
+        if not self.wanted(name) or not (self.fwd_in or self.fwd_out):
+            return False
+        save = self._save_for(name)
+        rec = {}
+        if inputs is not None:
+            rec["input_args"], rec["input_kwargs"] = inputs
+        if self.fwd_out:
+            outs = out if isinstance(out, (tuple, list)) else [out]
+            rec["output"] = [self.convert(v, f"{name}.output.{i}", save) for i, v in enumerate(outs)]
+        rec["parameters"] = {pn: self.convert(p, f"{name}.parameters.{pn}", save) for pn, p in params}
+        rec.update(self.forward_extra)
+        if self.overflow:
+            self._overflow_check(name, rec)
+        else:
+            self.data.pop(name, None)
+            self.data[name] = rec
+        self.stack.add(name, skip=4)
+        return True
+
+    def _backward_record(self, name, grad_outputs, grad_inputs):
+        """``input`` = grads of the forward outputs, ``output`` = grads of the forward inputs."""
+        save = self._save_for(name)
+        rec = {}
+        if self.bwd_in:
+            rec["input"] = [self.convert(g, f"{name}.input.{i}", save) for i, g in enumerate(grad_outputs)]
+        if self.bwd_out:
+            rec["output"] = [self.convert(g, f"{name}.output.{i}", save) for i, g in enumerate(grad_inputs)]
+        if self.overflow:
+            self._overflow_check(name, rec)
+        else:
+            self.data[name] = rec

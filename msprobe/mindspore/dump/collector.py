@@ -36,6 +36,8 @@ _AUTO = object()   # backward(): parent taken from the backward cell stack
 
 class Collector(CollectorBase):
     framework = "mindspore"
+    cell_inputs = CollectorBase.module_inputs     # the Cell names of the shared record builders
+    cell_forward = CollectorBase.module_forward
 
     def __init__(self, cfg):
         import mindspore as ms
@@ -235,48 +237,9 @@ class Collector(CollectorBase):
             self.construct[name] = parent
         if not self.wanted(name):
             return
-        save = self._save_for(name)
-        rec = {}
-        if self.bwd_in:
-            rec["input"] = [self.convert(g, f"{name}.input.{i}", save) for i, g in enumerate(grad_outputs)]
-        if self.bwd_out:
-            rec["output"] = [self.convert(g, f"{name}.output.{i}", save) for i, g in enumerate(grad_inputs)]
-        if self.overflow:
-            self._overflow_check(name, rec)
-        else:
-            self.data[name] = rec
+        self._backward_record(name, grad_outputs, grad_inputs)
 
     # ------------------------------------------------------------------ cells
-    def cell_inputs(self, name, args, kwargs):
-        save = self._save_for(name)
-        return ([self.convert(a, f"{name}.input.{i}", save) for i, a in enumerate(args)],
-                {k: self.convert(v, f"{name}.kwargs.{k}", save) for k, v in kwargs.items()})
-
-    def cell_forward(self, name, parent, inputs, out, params):
-        if self.terminated:
-            return False
-        self.dirty = True
-        if self.module_construct:
-            self.construct.pop(name, None)
-            self.construct[name] = parent
-        if not self.wanted(name) or not (self.fwd_in or self.fwd_out):
-            return False
-        save = self._save_for(name)
-        rec = {}
-        if inputs is not None:
-            rec["input_args"], rec["input_kwargs"] = inputs
-        if self.fwd_out:
-            outs = out if isinstance(out, (tuple, list)) else [out]
-            rec["output"] = [self.convert(v, f"{name}.output.{i}", save) for i, v in enumerate(outs)]
-        rec["parameters"] = {pn: self.convert(p, f"{name}.parameters.{pn}", save) for pn, p in params}
-        if self.overflow:
-            self._overflow_check(name, rec)
-        else:
-            self.data.pop(name, None)
-            self.data[name] = rec
-        self.stack.add(name, skip=4)
-        return True
-
     def param_grad(self, prefix, pname, grad):
         """Gradient of parameter ``pname`` of the cell ``prefix``: ``{prefix}.parameters_grad.{k}``,
         ``k`` advancing when a parameter of that cell reports a second time in the step."""

@@ -78,6 +78,8 @@ class TensorWriter:
 
 
 class Collector(CollectorBase):
+    forward_extra = {"is_recompute": False}
+
     def __init__(self, cfg, framework="pytorch"):
         self._init_rules(cfg)
         self.writer = TensorWriter(cfg.async_dump)
@@ -285,51 +287,7 @@ class Collector(CollectorBase):
             return
         self._backward_record(name, grad_outputs, grad_inputs)
 
-    def _backward_record(self, name, grad_outputs, grad_inputs):
-        """``input`` = grads of the forward outputs, ``output`` = grads of the forward inputs."""
-        save = self._save_for(name)
-        rec = {}
-        if self.bwd_in:
-            rec["input"] = [self.convert(g, f"{name}.input.{i}", save) for i, g in enumerate(grad_outputs)]
-        if self.bwd_out:
-            rec["output"] = [self.convert(g, f"{name}.output.{i}", save) for i, g in enumerate(grad_inputs)]
-        if self.overflow:
-            self._overflow_check(name, rec)
-        else:
-            self.data[name] = rec
-
     # ------------------------------------------------------------------ modules
-    def module_inputs(self, name, args, kwargs):
-        save = self._save_for(name)
-        return ([self.convert(a, f"{name}.input.{i}", save) for i, a in enumerate(args)],
-                {k: self.kwargs_value(k, v, f"{name}.kwargs.{k}", save) for k, v in kwargs.items()})
-
-    def module_forward(self, name, parent, inputs, out, params):
-        if self.terminated:
-            return False
-        self.dirty = True
-        if self.module_construct:
-            self.construct.pop(name, None)
-            self.construct[name] = parent
-        if not self.wanted(name) or not (self.fwd_in or self.fwd_out):
-            return False
-        save = self._save_for(name)
-        rec = {}
-        if inputs is not None:
-            rec["input_args"], rec["input_kwargs"] = inputs
-        if self.fwd_out:
-            outs = out if isinstance(out, (tuple, list)) else [out]
-            rec["output"] = [self.convert(v, f"{name}.output.{i}", save) for i, v in enumerate(outs)]
-        rec["parameters"] = {pn: self.convert(p, f"{name}.parameters.{pn}", save) for pn, p in params}
-        rec["is_recompute"] = False
-        if self.overflow:
-            self._overflow_check(name, rec)
-        else:
-            self.data.pop(name, None)
-            self.data[name] = rec
-        self.stack.add(name, skip=4)
-        return True
-
     def param_grad_placeholder(self, key, names):
         self.dirty = True
         if self.overflow or not self.want_backward:
