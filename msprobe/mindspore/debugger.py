@@ -38,9 +38,6 @@ class PrecisionDebugger(DebuggerBase):
             raise MsprobeError(
                 f"level L2 (kernel dump through MindSpore's own dump) needs an Ascend device; this MindSpore "
                 f"runs on {_device_target()}. Use level L0, L1 or mix here")
-        if cfg.level == "debug":
-            raise MsprobeError("level debug (PrecisionDebugger.save) is not supported for MindSpore by this "
-                               "msprobe; use level L0, L1 or mix")
         try:
             mode = ms.get_context("mode")
         except Exception:
@@ -56,6 +53,16 @@ class PrecisionDebugger(DebuggerBase):
         from msprobe.mindspore.dump.service import Service
         self.config = cfg
         self.service = Service(cfg)
+
+    @classmethod
+    def save(cls, variable, name, save_backward=True):
+        """Level ``debug``: record ``variable`` (tensors, numbers, str, lists/tuples/dicts of them) as
+        ``{name}.{n}.debug`` in debug.json, and with ``save_backward`` its gradients as ``{name}_grad.{n}.debug``."""
+        inst = cls._get()
+        if inst.config.level != "debug":
+            return
+        from msprobe.mindspore.dump.debug_save import debug_save
+        debug_save(inst.service, variable, name, save_backward)
 
 
 def seed_all(seed=1234, mode=False, rm_dropout=False):

@@ -308,3 +308,47 @@ def test_start_needs_model_at_mix(tmp_path):
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith("ERR")]
     assert len(lines) == 2, res.stdout + res.stderr[-2000:]
     assert "pass the network" in lines[0] and "mindspore.nn.Cell" in lines[1]
+
+
+def test_debug_level_save_values_and_gradients(tmp_path):
+    """PrecisionDebugger.save at level debug: debug.json with the value and, through value_and_grad,
+    its gradient; two runs compare with msprobe compare (debug_compare_result_*)."""
+    code = ("import sys, numpy as np, mindspore as ms\n"
+            "from mindspore import ops, Tensor\n"
+            "from msprobe.mindspore import PrecisionDebugger\n"
+            "ms.set_context(mode=ms.PYNATIVE_MODE)\n"
+            "out, shift = sys.argv[1], float(sys.argv[2])\n"
+            "PrecisionDebugger(task='statistics', dump_path=out, level='debug')\n"
+            "w = ms.Parameter(Tensor(np.arange(12, dtype=np.float32).reshape(3, 4) / 10))\n"
+            "x = Tensor(np.ones((2, 3), np.float32) + shift)\n"
+            "def f(x, w):\n"
+            "    y = ops.matmul(x, w)\n"
+            "    PrecisionDebugger.save({'y': y, 'scale': 0.5, 'parts': [y.sum()]}, 'out')\n"
+            "    return (y * y).sum()\n"
+            "g = ms.value_and_grad(f, None, [w])\n"
+            "loss, grads = g(x, w)\n"
+            "PrecisionDebugger.save(x, 'x', save_backward=False)\n"
+            "PrecisionDebugger.step()\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    for side, shift in (("t", "0.01"), ("g", "0")):
+        res = subprocess.run([sys.executable, "-c", code, str(tmp_path / side), shift], capture_output=True,
+                             text=True, timeout=300, env=env)
+        assert res.returncode == 0, res.stderr[-3000:]
+    path = tmp_path / "g" / "step0" / "rank" / "debug.json"
+    doc = json.loads(path.read_text())
+    assert doc["level"] == "debug" and doc["framework"] == "mindspore"
+    data = doc["data"]
+    assert sorted(data) == ["out.0.debug", "out_grad.0.debug", "x.0.debug"]
+    y = data["out.0.debug"]["y"]
+    assert y["dtype"] == "Float32" and y["shape"] == [2, 4]
+    # y = ones(2,3) @ w: column sums of w; max = 0.8+0.9+1.0... = (3+7+11)/10 = 2.1
+    assert y["Max"] == pytest.approx(2.1, rel=1e-5) and data["out.0.debug"]["scale"] == {"type": "float", "value": 0.5}
+    grad = data["out_grad.0.debug"]
+    assert grad["y"]["shape"] == [2, 4] and grad["y"]["Max"] == pytest.approx(4.2, rel=1e-5)  # d(y*y)/dy = 2y
+    assert data["x.0.debug"]["Max"] == pytest.approx(1.0)
+    out = tmp_path / "cmp"
+    res = subprocess.run([sys.executable, "-m", "msprobe", "compare", "-tp", str(tmp_path / "t" / "step0"),
+                          "-gp", str(tmp_path / "g" / "step0"), "-o", str(out), "--csv", "-c"],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert [p.name.rsplit("_", 1)[0] for p in out.iterdir()] == ["debug_compare_result_rank"]

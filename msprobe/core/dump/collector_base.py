@@ -156,3 +156,26 @@ class CollectorBase:
             self._overflow_check(name, rec)
         else:
             self.data[name] = rec
+
+    # ---------------------------------------------------------------- level debug (PrecisionDebugger.save)
+    def debug_save(self, name, value):
+        """Record ``value`` as ``{name}.{n}.debug``; returns ``n`` (the n-th save of ``name`` this step)."""
+        self.dirty = True
+        n = self.debug_count.get(name, 0)
+        self.debug_count[name] = n + 1
+        key = f"{name}.{n}.debug"
+        self.debug[key] = self.convert(value, key, self.save_tensors)
+        return n
+
+    def debug_grad(self, key, value):
+        self.dirty = True
+        self.debug[key] = self.convert(value, key, self.save_tensors)
+
+    def step_files(self) -> list:
+        """(file name, content) of the step: debug.json at level debug, else dump/stack/construct.json."""
+        out = self.header()
+        if self.level == "debug":
+            out["data"] = self.debug
+            return [("debug.json", out)]
+        out["data"] = self.data
+        return [("dump.json", out), ("stack.json", self.stack.to_json()), ("construct.json", self.construct)]

@@ -63,6 +63,8 @@ class Collector(CollectorBase):
     def reset(self):
         self.pending = []
         self.data = {}
+        self.debug = {}
+        self.debug_count = {}
         self.construct = {}
         self.stack = StackTable()
         self.api_count = {}
@@ -270,7 +272,4 @@ class Collector(CollectorBase):
             finish()
         self.resolve()
         self.dirty = False
-        out = self.header()
-        out["data"] = self.data
-        jw.write_step_files(self.step_dir, [("dump.json", out), ("stack.json", self.stack.to_json()),
-                                            ("construct.json", self.construct)])
+        jw.write_step_files(self.step_dir, self.step_files())

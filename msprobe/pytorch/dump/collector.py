@@ -317,21 +317,6 @@ class Collector(CollectorBase):
             return
         self._backward_record(name, grad_outputs, grad_inputs)
 
-    # ------------------------------------------------------------------ debug save
-    def debug_save(self, name, value, grad=False):
-        self.dirty = True
-        n = self.debug_count.get(name, 0)
-        if not grad:
-            self.debug_count[name] = n + 1
-        key = f"{name}.{n}.debug"
-        save = self.save_tensors
-        self.debug[key] = self.convert(value, key, save)
-        return n
-
-    def debug_grad(self, key, value):
-        self.dirty = True
-        self.debug[key] = self.convert(value, key, self.save_tensors)
-
     # ------------------------------------------------------------------ files
     def flush(self):
         """Resolve pending statistics and rewrite the step's JSON files."""
@@ -345,14 +330,7 @@ class Collector(CollectorBase):
         self.stats.resolve()
         self._resolve_md5()
         step_dir = self.step_dir
-        if self.level == "debug":
-            out = self.header()
-            out["data"] = self.debug
-            files = [("debug.json", out)]
-        else:
-            out = self.header()
-            out["data"] = self.data
-            files = [("dump.json", out), ("stack.json", self.stack.to_json()), ("construct.json", self.construct)]
+        files = self.step_files()
         # async_dump: serialised now (the dicts keep changing), written on the writer thread
         jw.write_step_files(step_dir, files, self.writer.submit if self.writer.background else None)
 
