@@ -1,8 +1,10 @@
 """Compare a target (NPU) dump with a golden (bench) dump and write an .xlsx or .csv report.
 
-Inputs: two dump.json files, two rank dirs, or two step dirs holding rank dirs (rank, rankN, procN;
-ranks are paired by number and compared in parallel).  The mode (statistics, md5 or tensor) comes from
-the dumps; stack.json next to the target dump.json is picked up automatically.
+Inputs: two dump.json (or debug.json) files, two rank dirs, two step dirs holding rank dirs (rank, rankN,
+procN; ranks are paired by number and compared in parallel), two MindSpore dump roots with graph/ and
+pynative/, or, with --rank/--step, two MindSpore kernel (static-graph) dump dirs.  The mode (statistics,
+md5 or tensor) comes from the dumps; stack.json next to the target dump.json is picked up automatically.
+-am/-cm/-dm/-lm pair rows across frameworks and models; the Match column says which rule paired each row.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ EPILOG = """examples:
   msprobe -f pytorch compare -i compare.json -o out -s          legacy syntax (compare.json holds
                                                                 npu_path, bench_path, stack_path)
   msprobe compare -tp npu/step0 -gp gpu/step0 -o out -da        also find the first divergence across ranks
+  msprobe compare -tp ms/dump.json -gp pt/dump.json -am -cm cells.yaml    MindSpore target vs PyTorch golden
+  msprobe compare -tp ms_kernel -gp ms_kernel_gpu --rank 0 --step 1      MindSpore kernel dumps
 """
 
 
