@@ -5,12 +5,11 @@ a process-wide singleton; ``start``/``stop``/``step`` also work as class methods
 exists; every configuration problem is one :class:`~msprobe.core.errors.MsprobeError` at
 construction; once training runs, nothing the tool does may stop or change it.
 """
-import dataclasses
 import logging
 import os
 
-from msprobe.core.dump.config import load_dump_config, prepare_dump_path
-from msprobe.core.dump.debugger_base import DebuggerBase, check_seed_args, seed_python
+from msprobe.core.dump.config import load_dump_config
+from msprobe.core.dump.debugger_base import DebuggerBase, check_seed_args, prepared_config, seed_python
 from msprobe.core.errors import MsprobeError
 
 log = logging.getLogger("msprobe")
@@ -45,11 +44,7 @@ class PrecisionDebugger(DebuggerBase):
         if mode != ms.PYNATIVE_MODE:
             raise MsprobeError("the MindSpore PrecisionDebugger records PyNative runs only (GRAPH_MODE runs no "
                                "Python hooks); call mindspore.set_context(mode=mindspore.PYNATIVE_MODE)")
-        dump_root = prepare_dump_path(cfg.dump_path)
-        if dump_root != cfg.dump_path:
-            cfg = dataclasses.replace(cfg, dump_path=dump_root)
-        if cfg.seed is not None:
-            seed_all(cfg.seed, cfg.is_deterministic)
+        cfg = prepared_config(cfg, seed_all)
         from msprobe.mindspore.dump.service import Service
         self.config = cfg
         self.service = Service(cfg)

@@ -8,8 +8,8 @@ runs, nothing the tool does may stop or change the training.
 import logging
 import os
 
-from msprobe.core.dump.config import load_dump_config, prepare_dump_path
-from msprobe.core.dump.debugger_base import DebuggerBase, check_seed_args, seed_python
+from msprobe.core.dump.config import load_dump_config
+from msprobe.core.dump.debugger_base import DebuggerBase, check_seed_args, prepared_config, seed_python
 from msprobe.core.errors import MsprobeError
 
 log = logging.getLogger("msprobe")
@@ -33,12 +33,7 @@ class PrecisionDebugger(DebuggerBase):
                 "Use level L0, L1 or mix on this machine")
         if state in ("available", "no-device"):
             npu_module = _npu_module()
-        dump_root = prepare_dump_path(cfg.dump_path)
-        if dump_root != cfg.dump_path:
-            import dataclasses
-            cfg = dataclasses.replace(cfg, dump_path=dump_root)
-        if cfg.seed is not None:
-            seed_all(cfg.seed, cfg.is_deterministic)
+        cfg = prepared_config(cfg, seed_all)
         from msprobe.pytorch.dump.service import Service
         self.config = cfg
         self.service = Service(cfg, npu_module)

@@ -7,10 +7,12 @@ instance behind.  Subclasses implement ``_setup`` (config, framework checks, ``s
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import threading
 
+from msprobe.core.dump.config import prepare_dump_path
 from msprobe.core.errors import MsprobeError
 
 LOCK = threading.RLock()
@@ -107,3 +109,13 @@ def seed_python(seed: int) -> None:
     random.seed(seed)
     os.environ["PYTHONHASHSEED"] = str(seed)
     np.random.seed(seed)
+
+
+def prepared_config(cfg, seed_all):
+    """``cfg`` with its dump_path created and normalised; the random state fixed when the config has a seed."""
+    dump_root = prepare_dump_path(cfg.dump_path)
+    if dump_root != cfg.dump_path:
+        cfg = dataclasses.replace(cfg, dump_path=dump_root)
+    if cfg.seed is not None:
+        seed_all(cfg.seed, cfg.is_deterministic)
+    return cfg

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Iterator
 
-from msprobe.core.dump.writer import NonFinite
+from msprobe.core.dump.writer import NonFinite, number
 
 
 def slice_part(x):
@@ -20,6 +20,24 @@ def slice_part(x):
 
 def slice_record(v: slice) -> dict:
     return {"type": "slice", "value": [slice_part(v.start), slice_part(v.stop), slice_part(v.step)]}
+
+
+def builtin_record(v):
+    """The record of a bool / int / float / str (subclasses included: IntEnum, numpy-like str), a slice or
+    Ellipsis; None for anything else (the framework's converter goes on with its own types)."""
+    if isinstance(v, bool):
+        return {"type": "bool", "value": bool(v)}
+    if isinstance(v, int):
+        return {"type": "int", "value": int(v)}
+    if isinstance(v, float):
+        return {"type": "float", "value": number(float(v))}
+    if isinstance(v, str):
+        return {"type": "str", "value": str(v)}
+    if isinstance(v, slice):
+        return slice_record(v)
+    if v is Ellipsis:
+        return {"type": "ellipsis", "value": "..."}
+    return None
 
 
 def tensor_leaves(obj) -> Iterator[dict]:

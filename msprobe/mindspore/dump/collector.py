@@ -22,7 +22,7 @@ import zlib
 import numpy as np
 
 from msprobe.core.dump import writer as jw
-from msprobe.core.dump.records import slice_record
+from msprobe.core.dump.records import builtin_record
 from msprobe.core.dump.collector_base import CollectorBase
 from msprobe.core.dump.stack import StackTable
 
@@ -173,20 +173,11 @@ class Collector(CollectorBase):
             return [self.convert(x, f"{path}.{i}", save, depth + 1) for i, x in enumerate(v)]
         if isinstance(v, dict):
             return {str(k): self.convert(x, f"{path}.{k}", save, depth + 1) for k, x in v.items()}
-        if isinstance(v, bool):
-            return {"type": "bool", "value": bool(v)}
-        if isinstance(v, int):
-            return {"type": "int", "value": int(v)}
-        if isinstance(v, float):
-            return {"type": "float", "value": jw.number(float(v))}
-        if isinstance(v, str):
-            return {"type": "str", "value": str(v)}
+        rec = builtin_record(v)
+        if rec is not None:
+            return rec
         if isinstance(v, self.dtype_cls):
             return {"type": "mindspore.dtype", "value": str(v)}
-        if isinstance(v, slice):
-            return slice_record(v)
-        if v is Ellipsis:
-            return {"type": "ellipsis", "value": "..."}
         if isinstance(v, np.ndarray):
             rec = {"type": "numpy.ndarray", "dtype": str(v.dtype), "shape": list(v.shape),
                    "Max": None, "Min": None, "Mean": None, "Norm": None}

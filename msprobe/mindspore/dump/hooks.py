@@ -223,26 +223,34 @@ class Hooks:
         return {"name": bname, "out": None, "has_in": False, "done": False, "gen": self.col.generation,
                 "n_in": 0}
 
-    def _hook_inputs(self, bname, args):
-        """HookBackward around the float tensor args (grads w.r.t. the inputs end the backward record)."""
-        state = self._backward_state(bname)
-        idx = [i for i, a in enumerate(args) if isinstance(a, ms.Tensor) and _is_float(a)]
+    def _hook_float_items(self, state, items, on_grads):
+        """Wrap the float tensors among ``items`` in one HookBackward that calls ``on_grads(state, grads)``
+        (guarded, for the current step only, once).  Returns (the new items, the count), or (None, 0)."""
+        idx = [i for i, a in enumerate(items) if isinstance(a, ms.Tensor) and _is_float(a)]
         if not idx:
-            return args, state
+            return None, 0
         col = self.col
         errors = self.errors
 
-        def in_hook(grads):
+        def hook(grads):
             if state["gen"] == col.generation and not state["done"] and not TLS.depth:
-                guarded(errors, bname, self._finish_backward, state, grads)
+                guarded(errors, state["name"], on_grads, state, grads)
             return None
 
-        hooked = _hook_backward(in_hook, [args[i] for i in idx])
-        new = list(args)
+        hooked = _hook_backward(hook, [items[i] for i in idx])
+        new = list(items)
         for i, t in zip(idx, hooked):
             new[i] = t
+        return new, len(idx)
+
+    def _hook_inputs(self, bname, args):
+        """HookBackward around the float tensor args (grads w.r.t. the inputs end the backward record)."""
+        state = self._backward_state(bname)
+        new, n = self._hook_float_items(state, args, self._finish_backward)
+        if new is None:
+            return args, state
         state["has_in"] = True
-        state["n_in"] = len(idx)
+        state["n_in"] = n
         return tuple(new), state
 
     def _hook_outputs(self, state, out):
@@ -253,20 +261,9 @@ class Hooks:
             items, kind = list(out), type(out)
         else:
             return out
-        idx = [i for i, a in enumerate(items) if isinstance(a, ms.Tensor) and _is_float(a)]
-        if not idx:
+        items, _ = self._hook_float_items(state, items, self._got_output_grads)
+        if items is None:
             return out
-        col = self.col
-        errors = self.errors
-
-        def out_hook(grads):
-            if state["gen"] == col.generation and not state["done"] and not TLS.depth:
-                guarded(errors, state["name"], self._got_output_grads, state, grads)
-            return None
-
-        hooked = _hook_backward(out_hook, [items[i] for i in idx])
-        for i, t in zip(idx, hooked):
-            items[i] = t
         if kind == "t":
             return items[0]
         if kind is tuple or kind is list:
@@ -481,22 +478,10 @@ class Hooks:
                 self._param_handles.append(p.register_hook(self._param_hook(prefix, pn)))
 
     def _cell_hook_inputs(self, state, args):
-        idx = [i for i, a in enumerate(args) if isinstance(a, ms.Tensor) and _is_float(a)]
-        state["n_in"] = len(idx)
-        if not idx:
+        new, n = self._hook_float_items(state, args, self._finish_cell_backward)
+        state["n_in"] = n
+        if new is None:
             return None, state
-        col = self.col
-        errors = self.errors
-
-        def in_hook(grads):
-            if state["gen"] == col.generation and not state["done"] and not TLS.depth:
-                guarded(errors, state["name"], self._finish_cell_backward, state, grads)
-            return None
-
-        hooked = _hook_backward(in_hook, [args[i] for i in idx])
-        new = list(args)
-        for i, t in zip(idx, hooked):
-            new[i] = t
         state["has_in"] = True
         return tuple(new), state
 
@@ -507,20 +492,9 @@ class Hooks:
             items, kind = list(out), tuple
         else:
             return None
-        idx = [i for i, a in enumerate(items) if isinstance(a, ms.Tensor) and _is_float(a)]
-        if not idx:
+        items, _ = self._hook_float_items(state, items, self._cell_backward_start)
+        if items is None:
             return None
-        col = self.col
-        errors = self.errors
-
-        def out_hook(grads):
-            if state["gen"] == col.generation and not state["done"] and not TLS.depth:
-                guarded(errors, state["name"], self._cell_backward_start, state, grads)
-            return None
-
-        hooked = _hook_backward(out_hook, [items[i] for i in idx])
-        for i, t in zip(idx, hooked):
-            items[i] = t
         return items[0] if kind == "t" else tuple(items)
 
     def _cell_backward_start(self, state, grads):

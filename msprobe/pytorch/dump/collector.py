@@ -16,7 +16,7 @@ import torch
 from msprobe.core.dump import writer as jw
 from msprobe.core.dump.collector_base import CollectorBase
 from msprobe.core.dump.stack import StackTable
-from msprobe.core.dump.records import slice_record
+from msprobe.core.dump.records import builtin_record
 from msprobe.pytorch.dump.stats import StatBuffer, _plain, _tensor_type_name, crc32_deferred
 
 MAX_DEPTH = 400
@@ -177,18 +177,9 @@ class Collector(CollectorBase):
             return {k: self.convert(x, f"{path}.{k}", save, depth + 1) for k, x in zip(v._fields, v)}
         if isinstance(v, dict):
             return {str(k): self.convert(x, f"{path}.{k}", save, depth + 1) for k, x in v.items()}
-        if isinstance(v, bool):
-            return {"type": "bool", "value": bool(v)}
-        if isinstance(v, int):
-            return {"type": "int", "value": int(v)}
-        if isinstance(v, float):
-            return {"type": "float", "value": jw.number(float(v))}
-        if isinstance(v, str):
-            return {"type": "str", "value": str(v)}
-        if isinstance(v, slice):
-            return slice_record(v)
-        if v is Ellipsis:
-            return {"type": "ellipsis", "value": "..."}
+        rec = builtin_record(v)
+        if rec is not None:
+            return rec
         if isinstance(v, torch.memory_format):
             return {"type": "torch.memory_format", "format": str(v).split(".")[-1]}
         if isinstance(v, (torch.dtype, torch.device)):
