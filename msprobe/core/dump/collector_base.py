@@ -8,6 +8,7 @@ import os
 
 from msprobe.core.dump.records import record_overflows, tensor_leaves
 from msprobe.core.dump.scope import Scope
+from msprobe.core.dump.stack import StackTable
 
 
 class CollectorBase:
@@ -45,6 +46,20 @@ class CollectorBase:
         """Wait for tensor files being written in the background."""
 
     # ---------------------------------------------------------------- shared part
+    def _reset_step(self) -> None:
+        """The per-step state both frameworks keep: records, construct/stack, counters, module stacks."""
+        self.data = {}
+        self.debug = {}
+        self.debug_count = {}
+        self.construct = {}
+        self.stack = StackTable()
+        self.api_count = {}
+        self.module_count = {}
+        self.fwd_module_stack = []
+        self.bwd_module_stack = []
+        self.pending_backward = {}
+        self._reset_scope()
+
     def _reset_scope(self) -> None:
         self.generation += 1
         self.dirty = False
@@ -110,6 +125,37 @@ class CollectorBase:
     def kwargs_value(self, key, v, path, save):
         """A keyword argument's record (frameworks record dtype/device keywords specially)."""
         return self.convert(v, path, save)
+
+    def module_enter(self, prefix, args, kwargs):
+        """A module (Cell) call starts: its name ``{prefix}.forward.{n}``, the scope's range and expansion,
+        its parent on the forward module stack, and its input records when they are wanted.
+        Returns (name, n, parent, expand, inputs); :meth:`module_exit` undoes the stack and expansion."""
+        n = self.module_count.get(prefix, 0)
+        self.module_count[prefix] = n + 1
+        name = f"{prefix}.forward.{n}"
+        scope = self.scope
+        expand = False
+        if scope is not None:
+            if scope.start == name:
+                scope.in_range = True
+            if self.level == "mix" and scope.module_matches(name):
+                scope.open_expanders += 1
+                expand = True
+        parent = self.fwd_module_stack[-1] if self.fwd_module_stack else None
+        self.fwd_module_stack.append(name)
+        inputs = None
+        if self.fwd_in and self.wanted_peek(name):
+            inputs = self.module_inputs(name, args, kwargs)
+        return name, n, parent, expand, inputs
+
+    def module_exit(self, name, expand) -> None:
+        stack = self.fwd_module_stack
+        if stack and stack[-1] == name:
+            stack.pop()
+        elif name in stack:
+            stack.remove(name)
+        if expand:
+            self.scope.open_expanders -= 1
 
     def module_inputs(self, name, args, kwargs):
         """The records of a module's forward inputs, taken at its pre-hook."""

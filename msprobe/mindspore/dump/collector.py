@@ -24,7 +24,6 @@ import numpy as np
 from msprobe.core.dump import writer as jw
 from msprobe.core.dump.records import builtin_record
 from msprobe.core.dump.collector_base import CollectorBase
-from msprobe.core.dump.stack import StackTable
 
 MAX_DEPTH = 400
 FLUSH_STATS_EVERY = 4096   # pending tensors: resolve statistics so that memory does not pile up
@@ -36,8 +35,6 @@ _AUTO = object()   # backward(): parent taken from the backward cell stack
 
 class Collector(CollectorBase):
     framework = "mindspore"
-    cell_inputs = CollectorBase.module_inputs     # the Cell names of the shared record builders
-    cell_forward = CollectorBase.module_forward
 
     def __init__(self, cfg):
         import mindspore as ms
@@ -62,18 +59,8 @@ class Collector(CollectorBase):
     # ------------------------------------------------------------------ state
     def reset(self):
         self.pending = []
-        self.data = {}
-        self.debug = {}
-        self.debug_count = {}
-        self.construct = {}
-        self.stack = StackTable()
-        self.api_count = {}
-        self.cell_count = {}
         self.param_grad_state = {}
-        self.fwd_cell_stack = []
-        self.bwd_cell_stack = []
-        self.pending_backward = {}
-        self._reset_scope()
+        self._reset_step()
 
     # ------------------------------------------------------------------ values
     def _host(self, t):
@@ -196,7 +183,7 @@ class Collector(CollectorBase):
             return None
         self.dirty = True
         if self.mix_construct:
-            self.construct[name] = self.fwd_cell_stack[-1] if self.fwd_cell_stack else None
+            self.construct[name] = self.fwd_module_stack[-1] if self.fwd_module_stack else None
         if not self.wanted(name) or not (self.fwd_in or self.fwd_out):
             return None
         save = self._save_for(name)
@@ -226,7 +213,7 @@ class Collector(CollectorBase):
         self.dirty = True
         if self.mix_construct or (self.module_construct and name.startswith("Cell.")):
             if parent is _AUTO:
-                parent = self.bwd_cell_stack[-1] if self.bwd_cell_stack else None
+                parent = self.bwd_module_stack[-1] if self.bwd_module_stack else None
             self.construct[name] = parent
         if not self.wanted(name):
             return

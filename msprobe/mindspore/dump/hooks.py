@@ -417,22 +417,7 @@ class Hooks:
         params = [(n.split(".")[-1], p) for n, p in cell.parameters_dict(recurse=False).items()]
 
         def record_inputs(args, kwargs):
-            n = col.cell_count.get(prefix, 0)
-            col.cell_count[prefix] = n + 1
-            name = f"{prefix}.forward.{n}"
-            scope = col.scope
-            expand = False
-            if scope is not None:
-                if scope.start == name:
-                    scope.in_range = True
-                if col.level == "mix" and scope.module_matches(name):
-                    scope.open_expanders += 1
-                    expand = True
-            parent = col.fwd_cell_stack[-1] if col.fwd_cell_stack else None
-            col.fwd_cell_stack.append(name)
-            inputs = None
-            if col.fwd_in and col.wanted_peek(name):
-                inputs = col.cell_inputs(name, args, kwargs)
+            name, n, parent, expand, inputs = col.module_enter(prefix, args, kwargs)
             state = None
             new_args = None
             if col.want_backward and _grad_on():
@@ -444,13 +429,8 @@ class Hooks:
 
         def record_outputs(frame, output):
             name, parent, expand, inputs, _gen, state = frame
-            if col.fwd_cell_stack and col.fwd_cell_stack[-1] == name:
-                col.fwd_cell_stack.pop()
-            elif name in col.fwd_cell_stack:
-                col.fwd_cell_stack.remove(name)
-            if expand:
-                col.scope.open_expanders -= 1
-            col.cell_forward(name, parent, inputs, output, params)
+            col.module_exit(name, expand)
+            col.module_forward(name, parent, inputs, output, params)
             if state is not None:
                 return hooks._cell_hook_outputs(state, output)
             return None
@@ -500,8 +480,8 @@ class Hooks:
     def _cell_backward_start(self, state, grads):
         col = self.col
         state["out"] = grads
-        state["parent"] = col.bwd_cell_stack[-1] if col.bwd_cell_stack else None
-        col.bwd_cell_stack.append(state["name"])
+        state["parent"] = col.bwd_module_stack[-1] if col.bwd_module_stack else None
+        col.bwd_module_stack.append(state["name"])
         if col.module_construct:
             col.construct.setdefault(state["name"], state["parent"])
         col.pending_backward[state["name"]] = lambda: self._finish_cell_backward(state, [None] * state["n_in"])
@@ -513,8 +493,8 @@ class Hooks:
         col = self.col
         col.pending_backward.pop(state["name"], None)
         name = state["name"]
-        if name in col.bwd_cell_stack:
-            col.bwd_cell_stack.remove(name)
+        if name in col.bwd_module_stack:
+            col.bwd_module_stack.remove(name)
         col.backward(name, state["out"] if state["out"] is not None else (), grads,
                      parent=state.get("parent"))
 

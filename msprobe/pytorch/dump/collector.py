@@ -15,7 +15,6 @@ import torch
 
 from msprobe.core.dump import writer as jw
 from msprobe.core.dump.collector_base import CollectorBase
-from msprobe.core.dump.stack import StackTable
 from msprobe.core.dump.records import builtin_record
 from msprobe.pytorch.dump.stats import StatBuffer, _plain, _tensor_type_name, crc32_deferred
 
@@ -102,18 +101,8 @@ class Collector(CollectorBase):
                 pass
         self.grad_hook_handles = []
         self.pending_md5 = []
-        self.data = {}
-        self.debug = {}
-        self.construct = {}
-        self.stack = StackTable()
-        self.api_count = {}
-        self.module_count = {}
-        self.debug_count = {}
         self.stats.clear()
-        self.fwd_module_stack = []
-        self.bwd_module_stack = []
-        self.pending_backward = {}
-        self._reset_scope()
+        self._reset_step()
 
     # ------------------------------------------------------------------ values
     def tensor_rec(self, t, data_name, save):

@@ -35,7 +35,6 @@ import threading
 import torch
 from torch.overrides import TorchFunctionMode
 
-from msprobe.core.dump.errorlog import ErrorLog  # noqa: F401  (re-exported for service.py)
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _DROPOUT = {"Functional.dropout", "Functional.dropout1d", "Functional.dropout2d", "Functional.dropout3d",
@@ -557,22 +556,7 @@ class Hooks:
         grad_key = f"{prefix}.parameters_grad"
 
         def record_inputs(args, kwargs):
-            n = col.module_count.get(prefix, 0)
-            col.module_count[prefix] = n + 1
-            name = f"{prefix}.forward.{n}"
-            scope = col.scope
-            expand = False
-            if scope is not None:
-                if scope.start == name:
-                    scope.in_range = True
-                if col.level == "mix" and scope.module_matches(name):
-                    scope.open_expanders += 1
-                    expand = True
-            parent = col.fwd_module_stack[-1] if col.fwd_module_stack else None
-            col.fwd_module_stack.append(name)
-            inputs = None
-            if col.fwd_in and col.wanted_peek(name):
-                inputs = col.module_inputs(name, args, kwargs)
+            name, n, parent, expand, inputs = col.module_enter(prefix, args, kwargs)
             edges = None
             if col.want_backward and torch.is_grad_enabled():
                 tensor_args = [x for x in args if isinstance(x, torch.Tensor)]
@@ -582,12 +566,7 @@ class Hooks:
 
         def record_outputs(frame, args, output):
             name, n, parent, expand, inputs, _gen, edges = frame
-            if col.fwd_module_stack and col.fwd_module_stack[-1] == name:
-                col.fwd_module_stack.pop()
-            elif name in col.fwd_module_stack:
-                col.fwd_module_stack.remove(name)
-            if expand:
-                col.scope.open_expanders -= 1
+            col.module_exit(name, expand)
             kept = col.module_forward(name, parent, inputs, output, params)
             if kept and params and col.want_backward and any(p.requires_grad for _, p in params):
                 col.param_grad_placeholder(grad_key, [pn for pn, p in params if p.requires_grad])

@@ -3,10 +3,11 @@ import logging
 
 import torch
 
+from msprobe.core.dump.errorlog import ErrorLog
 from msprobe.core.dump.lifecycle import DumpLifecycle
 from msprobe.core.errors import MsprobeError
 from msprobe.pytorch.dump.collector import Collector
-from msprobe.pytorch.dump.hooks import RT, ErrorLog, Hooks, guarded
+from msprobe.pytorch.dump.hooks import RT, Hooks, guarded
 
 log = logging.getLogger("msprobe")
 
