@@ -9,9 +9,11 @@ import os
 import sys
 import time
 
-import numpy as np
 import mindspore as ms
-from mindspore import Tensor, mint, nn, ops
+from mindspore import mint, ops
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "mindspore"))
+from ms_model import Net, inputs, training_step_fn  # noqa: E402  the test network
 
 impl, level, steps, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 ms.set_context(mode=ms.PYNATIVE_MODE)
@@ -32,42 +34,9 @@ if impl != "none":
 ms.set_seed(1)
 
 
-class Block(nn.Cell):
-    def __init__(s):
-        super().__init__()
-        s.dense = nn.Dense(16, 16)
-        s.ln = nn.LayerNorm((16,))
-        s.act = nn.ReLU()
-
-    def construct(s, x):
-        y = s.act(s.ln(s.dense(x)))
-        y = ops.relu(y)
-        y = mint.matmul(y, s.dense.weight) * 0.5
-        return y + x
-
-
-class Net(nn.Cell):
-    def __init__(s):
-        super().__init__()
-        s.conv = nn.Conv2d(1, 4, 3, pad_mode="same")
-        s.relu = nn.ReLU()
-        s.flatten = nn.Flatten()
-        s.fc_in = nn.Dense(64, 16)
-        s.block = Block()
-        s.head = nn.Dense(16, 2)
-
-    def construct(s, x):
-        x = s.fc_in(s.flatten(s.relu(s.conv(x))))
-        return s.head(s.block(x))
-
-
 net = Net()
-loss_fn = nn.MSELoss()
-opt = nn.SGD(net.trainable_params(), learning_rate=0.01)
-gf = ms.value_and_grad(lambda x, y: loss_fn(net(x), y), None, opt.parameters)
-rng = np.random.RandomState(0)
-x = Tensor(rng.randn(2, 1, 4, 4).astype(np.float32))
-y = Tensor(rng.randn(2, 2).astype(np.float32))
+gf, opt = training_step_fn(net)
+x, y = inputs()
 times = []
 for i in range(steps):
     t0 = time.perf_counter()

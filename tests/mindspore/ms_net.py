@@ -16,7 +16,9 @@ import sys
 
 import numpy as np
 import mindspore as ms
-from mindspore import Tensor, mint, nn, ops
+from mindspore import Tensor, ops
+
+from ms_model import Net, inputs, training_step_fn  # this script's folder is on sys.path
 
 ap = argparse.ArgumentParser()
 ap.add_argument("out")
@@ -48,35 +50,6 @@ with open(cfg_path, "w") as f:
 ms.set_seed(1)
 
 
-class Block(nn.Cell):
-    def __init__(s):
-        super().__init__()
-        s.dense = nn.Dense(16, 16)
-        s.ln = nn.LayerNorm((16,))
-        s.act = nn.ReLU()
-
-    def construct(s, x):
-        y = s.act(s.ln(s.dense(x)))
-        y = ops.relu(y)
-        y = mint.matmul(y, s.dense.weight) * 0.5
-        return y + x
-
-
-class Net(nn.Cell):
-    def __init__(s):
-        super().__init__()
-        s.conv = nn.Conv2d(1, 4, 3, pad_mode="same")
-        s.relu = nn.ReLU()
-        s.flatten = nn.Flatten()
-        s.fc_in = nn.Dense(64, 16)
-        s.block = Block()
-        s.head = nn.Dense(16, 2)
-
-    def construct(s, x):
-        x = s.fc_in(s.flatten(s.relu(s.conv(x))))
-        return s.head(s.block(x))
-
-
 net = Net()
 if a.side == "target":
     w = net.block.dense.weight
@@ -93,12 +66,8 @@ if not a.no_debugger:
             raise RuntimeError("statistics exploded (injected by the test)")
         _col.Collector._stats = _boom
 
-loss_fn = nn.MSELoss()
-opt = nn.SGD(net.trainable_params(), learning_rate=0.01)
-gf = ms.value_and_grad(lambda x, y: loss_fn(net(x), y), None, opt.parameters)
-rng = np.random.RandomState(0)
-x = Tensor(rng.randn(2, 1, 4, 4).astype(np.float32))
-y = Tensor(rng.randn(2, 2).astype(np.float32))
+gf, opt = training_step_fn(net)
+x, y = inputs()
 losses = []
 for step in range(a.steps):
     if debugger is not None:
