@@ -29,8 +29,10 @@ from mindspore import ops
 from mindspore.common.api import _pynative_executor
 from mindspore.ops.primitive import Primitive
 
+from msprobe.core.dump.patching import MISSING, undo_patches
+
 log = logging.getLogger("msprobe")
-_MISSING = object()
+_MISSING = MISSING
 _FLOAT_PREFIXES = ("Float", "BFloat", "Complex")
 
 
@@ -165,14 +167,7 @@ class Hooks:
             self._patched.append((owner, attr, stored))
 
     def patch_off(self):
-        for owner, attr, original in reversed(self._patched):
-            try:
-                if original is _MISSING:
-                    delattr(owner, attr)
-                else:
-                    setattr(owner, attr, original)
-            except Exception:
-                pass
+        undo_patches(self._patched)
         self._patched = []
 
     def _wrapper(self, name, func):

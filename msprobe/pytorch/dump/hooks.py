@@ -35,6 +35,8 @@ import threading
 import torch
 from torch.overrides import TorchFunctionMode
 
+from msprobe.core.dump.patching import MISSING, undo_patches
+
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _DROPOUT = {"Functional.dropout", "Functional.dropout1d", "Functional.dropout2d", "Functional.dropout3d",
@@ -44,7 +46,7 @@ _DROPOUT = {"Functional.dropout", "Functional.dropout1d", "Functional.dropout2d"
             "NPU._npu_dropout"}
 _TENSOR_BACKWARD = torch.Tensor.backward
 _AUTOGRAD_BACKWARD = torch.autograd.backward
-_MISSING = object()
+_MISSING = MISSING
 _WALK_LIMIT = 20000
 _DisableTF = torch._C.DisableTorchFunction
 
@@ -317,14 +319,7 @@ class Hooks:
             patched.append((owner, attr, item[2]))
 
     def patch_off(self):
-        for owner, attr, original in reversed(self._patched):
-            try:
-                if original is _MISSING:
-                    delattr(owner, attr)
-                else:
-                    setattr(owner, attr, original)
-            except Exception:
-                pass
+        undo_patches(self._patched)
         self._patched = []
 
     def register_custom(self, module, api, prefix):
