@@ -50,6 +50,11 @@ class Report:
     first_red: Optional[Tuple[int, str]] = None  # (row index, name)
     failing: int = 0  # rows that fail the mode's accuracy test (Warning / Different / Accuracy No)
     layer_rows: Optional[Dict[str, str]] = None  # -lm: {target row: golden row}, saved as data_mapping_<ts>.yaml
+    # one verdict per row (msprobe.core.compare.verdict: NOT_COMPARED, PASS, NOISE, WARN, FAIL); colour, Result,
+    # the summary, worst ops and the advisor derive from it
+    verdict: Optional[np.ndarray] = None  # int8 per row
+    why: List[str] = field(default_factory=list)  # short reason per row ("" for PASS / NOT_COMPARED)
+    score: Optional[np.ndarray] = None  # float64 per row: scaled error (multiples of the noise bound), for ranking
 
     @property
     def rows(self) -> int:
