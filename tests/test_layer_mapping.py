@@ -135,6 +135,33 @@ def test_framework_function_from_stack_is_part_of_the_scope():
     assert got == expected
 
 
+@pytest.mark.parametrize("home", ["/home/user/msprobe", "/srv/msprobe/work/.venv-msprobe", "C:\\Users\\u\\msprobe"])
+def test_frames_under_a_folder_named_msprobe_are_kept(home):
+    # A clone or venv in a folder named 'msprobe' (what `git clone .../msprobe.git` gives) must not make the
+    # torch frames look like msprobe's own: the old path-text check dropped 'rms_norm' and lost the two mul pairs.
+    rules = load_layer_mapping_yaml(str(DATA / "mapping.yaml"))
+    sep = "\\" if "\\" in home else "/"
+
+    def move(frame):
+        frame = frame.replace("/usr/local/lib/python3.11/site-packages", sep.join([home, ".venv", "lib", "site-packages"]))
+        return frame.replace("/home/user", home)
+
+    bench = _side("bench")
+    bench = (bench[0], bench[1], {k: [move(f) for f in v] for k, v in bench[2].items()})
+    assert any(home in f and "torch" in f for v in bench[2].values() for f in v)
+    assert _run(rules, bench=bench) == EXPECTED_WITH_YAML
+
+
+def test_msprobe_and_mindspeed_modules_never_name_the_function():
+    from msprobe.core.compare import layer_mapping as lm
+    assert lm._is_own_frame("File /x/site-packages/msprobe/core/data_dump/api_registry.py")
+    assert lm._is_own_frame("File /x/dist-packages/mindspeed/ops/fa.py")
+    assert lm._is_own_frame("File " + lm._PKG_DIR + "core/compare/engine.py")        # this machine's msprobe
+    assert not lm._is_own_frame("File /home/u/msprobe/train.py")                     # a user file in a folder msprobe
+    assert not lm._is_own_frame("File /home/u/msprobe/.venv/lib/site-packages/torch/nn/functional.py")
+    assert lm._frame_top_module("File /v/site-packages/torch/package/importer.py") == "torch"
+
+
 def test_framework_detected_from_types_or_given():
     rules = load_layer_mapping_yaml(str(DATA / "mapping.yaml"))
     assert _run(rules, npu_framework="mindspore", bench_framework="pytorch") == EXPECTED_WITH_YAML

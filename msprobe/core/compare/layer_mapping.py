@@ -31,6 +31,7 @@ no recursion.
 from __future__ import annotations
 
 import math
+import os
 import re
 from typing import Dict, Iterable, List, Optional, Tuple
 
@@ -48,8 +49,14 @@ _PARAMS_GRAD = "parameters_grad"
 _FORWARD = "forward"
 _BACKWARD = "backward"
 _NO_STACK_TYPES = ("Primitive", "Jit")          # their stacks are never used for the scope
-_FRAMEWORK_FILES = ("site-packages/torch", "package/torch", "site-packages/mindspore", "package/mindspore")
-_SKIP_FILES = ("msprobe", "MindSpeed")
+# A frame's module is read from its file path: the part after the last install root (a path component named
+# site-packages, dist-packages or package). Framework frames are modules of torch* or mindspore* packages;
+# msprobe's own frames (and MindSpeed's) are recognised by module name or by lying inside the msprobe package
+# of this machine - never by the text "msprobe" anywhere in the path (a clone or venv in a folder named msprobe).
+_INSTALL_ROOTS = (("site-packages", "dist-packages"), ("package",))
+_FRAMEWORK_MODULES = ("torch", "mindspore")       # prefixes of the top-level package name
+_OWN_MODULES = ("msprobe", "mindspeed")           # top-level package names whose frames never name a function
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))).replace("\\", "/") + "/"
 _SKIP_FUNCS = ("construct", "__call__")
 _STACK_START = "Template"                       # the dump wrapper's frame: the relevant part starts after it
 _STACK_END = {                                  # the calling layer's frame: the relevant part ends before it
@@ -263,20 +270,45 @@ def _frame_function(frames, end_sign) -> str:
             break
     frame = None
     for line in frames[start + 1:end]:
-        if any(mark in line.split(",")[0] for mark in _FRAMEWORK_FILES):
+        if _frame_top_module(line.split(",")[0]).startswith(_FRAMEWORK_MODULES):
             frame = line
         else:
             break
     if not frame:
         return ""
     fields = frame.split(",")
-    if any(mark in fields[0] for mark in _SKIP_FILES) or len(fields) < 3:
+    if _is_own_frame(fields[0]) or len(fields) < 3:
         return ""
     func = fields[2]
     if any(mark in func for mark in _SKIP_FUNCS):
         return ""
     words = func.split()
     return words[1] if len(words) > 1 else ""
+
+
+def _frame_path(field: str) -> str:
+    """The file path of a stack line's first field (``File /a/b.py``), with ``/`` separators."""
+    field = field.strip()
+    if field.startswith("File "):
+        field = field[5:]
+    return field.strip().strip('"').replace("\\", "/")
+
+
+def _frame_top_module(field: str) -> str:
+    """Top-level package of the module a frame's file belongs to ('' when the file is under no install root)."""
+    parts = _frame_path(field).split("/")
+    for roots in _INSTALL_ROOTS:          # site-packages/dist-packages first: torch itself has a torch/package/
+        for idx in range(len(parts) - 2, -1, -1):
+            if parts[idx] in roots:
+                top = parts[idx + 1]
+                return top[:-3] if top.endswith(".py") else top
+    return ""
+
+
+def _is_own_frame(field: str) -> bool:
+    """A frame of msprobe (or MindSpeed) itself: by module name, or by lying inside this machine's msprobe."""
+    path = _frame_path(field)
+    return _frame_top_module(path).lower() in _OWN_MODULES or path.startswith(_PKG_DIR)
 
 
 def _make_item(name: str, parent: Optional[str], frames, end_sign, side: str, cache: dict) -> _Item:
