@@ -19,7 +19,11 @@ Phase 2, across ranks (compare.md §7.2):
 3. after communication: the first differing compute API after the last communication op of each rank.
 
 Written as ``diff_analyze_{time_ns}.json`` (``{"rank_<n>": [{op_name, data_info, stack_info}]}``, indent
-2) plus one msprobe key, ``msprobe_suspects``: the suspects ranked by local error growth (:mod:`.growth`).
+2; the reference's answer, in dump order) plus one msprobe key, ``msprobe_suspects``: the suspects ranked by
+local error growth (:mod:`.growth`) and ``first_divergence``: per rank the first failing row in EXECUTION
+order (the advisor's rule, :func:`first_divergence`; parameter gradients after the backward that computes
+them), with the op that produced it when it is an input, or ``{"none": reason}``.  The console prints
+msprobe's answer per rank and the reference rule's on one line.
 Noise ops (:mod:`.config`) are skipped in every phase.
 """
 
@@ -118,7 +122,7 @@ def phase1_columns(table: OpTable, p2p: Optional[Dict[str, Tuple[str, object]]] 
     for side, names in (("NPU Dtype", NPU_STATS), ("Bench Dtype", BENCH_STATS)):
         dt = table.col(side) or []
         rows = [i for i, d in enumerate(dt) if d == "<class 'bool'>"]
-        if rows:
+        if rows and all(name in keys for name in names):  # md5 rows hold no statistics columns
             for name in names:
                 k = keys.index(name)
                 col = list(cols[k])
@@ -605,6 +609,50 @@ class RankInput:
     golden_json: str = ""
 
 
+def first_divergence(table: OpTable) -> dict:
+    """msprobe's first divergence of one rank: the first failing row in execution order (the advisor's rule,
+    :func:`msprobe.core.advisor.advisor.first_failing`), the op that produced it when it is an input, or
+    ``{"none": reason}``."""
+    from msprobe.core.advisor import advisor as adv
+
+    failing = adv.failing_rows(table)
+    i = adv.first_failing(table, failing)
+    if i is None:
+        return {"none": adv.no_failure_reason(table)}
+    out = {"row": table.names[i], "report_row": i + 2, "op_name": table.apis[i], "state": str(table.states[i])}
+    if comm.is_communication_op(table.apis[i]):
+        out["note"] = "a communication op: its data comes from other ranks"
+    elif table.states[i] == STATE_INPUT:
+        j = adv.find_producer(table, i)
+        note, blame = adv._producer_note(table, i, j, failing)
+        if j is not None:
+            out["producer"] = {"row": table.names[j], "report_row": j + 2, "op_name": table.apis[j],
+                               "matched": bool(table.matched[j])}
+        out["note"] = note
+        if blame:
+            out["suspect"] = table.apis[j]
+    out.setdefault("suspect", table.apis[i])
+    return out
+
+
+def format_first(key: str, fd: dict) -> str:
+    """'rank_0: <row name> (report row N)...' or 'rank_0: none (<reason>)'."""
+    if "none" in fd:
+        return f"  {key}: none ({fd['none']})"
+    text = f"  {key}: {fd['row']} (report row {fd['report_row']})"
+    p = fd.get("producer")
+    if p is not None:
+        if not p["matched"]:
+            text += f", produced by {p['row']} (report row {p['report_row']}), which only the target has"
+        elif fd.get("suspect") == p["op_name"]:
+            text += f", produced by {p['row']} (report row {p['report_row']}), whose output already differs"
+        else:
+            text += f", produced by {p['row']} (report row {p['report_row']})"
+    elif fd.get("note"):
+        text += f": {fd['note']}"
+    return text
+
+
 @dataclass
 class AnalysisResult:
     per_rank_files: List[str]
@@ -612,15 +660,17 @@ class AnalysisResult:
     first_diff: Dict[str, List[str]]  # rank_<n> -> op names (reference rule)
     phase: str
     suspects: Dict[str, List[dict]]
+    first: Dict[str, dict] = field(default_factory=dict)  # rank_<n> -> msprobe's first divergence
 
     def summary_lines(self, top: int) -> List[str]:
-        out = []
+        out = ["first divergence (first failing row in execution order):"]
+        for rk, fd in self.first.items():
+            out.append(format_first(rk, fd))
         if self.first_diff:
-            out.append(f"first divergence ({self.phase}, reference rule):")
-            for rk, names in self.first_diff.items():
-                out.append(f"  {rk}: {', '.join(names)}")
+            ref = "; ".join(f"{rk}: {', '.join(names)}" for rk, names in self.first_diff.items())
+            out.append(f"  reference rule (first API above 50% relative error in dump order, {self.phase}): {ref}")
         else:
-            out.append("first divergence: no API exceeds the relative error threshold (reference rule)")
+            out.append("  reference rule (first API above 50% relative error in dump order): none")
         if any(self.suspects.values()):
             out.append("suspects by local error growth (output error / input error):")
             for rk, items in self.suspects.items():
@@ -699,6 +749,7 @@ def analyze(ranks: List[RankInput], cfg: AnalysisConfig, out_dir: str, ts: Optio
         log.warning("-da: the ranks were dumped in different modes (%s); each rank is checked by its own mode", ", ".join(sorted(modes)))
     tables.sort(key=lambda x: x[0].rank)
     files, views, suspects = [], [], {}
+    ours: Dict[str, dict] = {}
     for table, r in tables:
         is_diff = api_is_diff(table, cfg)
         peers = p2p_peers(r.target_json)
@@ -707,6 +758,7 @@ def analyze(ranks: List[RankInput], cfg: AnalysisConfig, out_dir: str, ts: Optio
         files.append(write_phase1(os.path.join(out_dir, name), table, is_diff, peers, gpeers))
         views.append(RankView(table, is_diff, peers))
         suspects[f"rank_{table.rank}"] = rank_suspects(table, cfg, cfg.top)
+        ours[f"rank_{table.rank}"] = first_divergence(table)
     finder = FirstDiff(views, cfg)
     found = finder.run()
     content: Dict[str, object] = {}
@@ -716,14 +768,15 @@ def analyze(ranks: List[RankInput], cfg: AnalysisConfig, out_dir: str, ts: Optio
         content.setdefault(key, []).append(finder.views[node.rank].node_info(node))
         first.setdefault(key, []).append(node.op_name)
     analyze_file = None
-    if found or any(suspects.values()):
+    if found or any(suspects.values()) or any("none" not in fd for fd in ours.values()):
         content[SUSPECTS_KEY] = {
             "ranking": "local error growth: (output error + floor) / (input error + floor), floor = dtype tolerance",
             "noise_ops": list(cfg.noise_ops),
             "ranks": suspects,
+            "first_divergence": ours,
         }
         analyze_file = write_bytes(os.path.join(out_dir, f"diff_analyze_{time.time_ns()}.json"),
                                    json.dumps(content, indent=2, ensure_ascii=False).encode("utf-8"))
     else:
         log.info("Cannot find any diff node, no need to generate analyze file.")
-    return AnalysisResult(files, analyze_file, first, finder.phase, suspects)
+    return AnalysisResult(files, analyze_file, first, finder.phase, suspects, ours)

@@ -19,7 +19,8 @@ the error already present in its *inputs*:
 An API is a suspect when its output error exceeds the floor and its growth exceeds 1.  Skipped: noise ops
 (the configurable list), communication ops (their output error comes from other ranks),
 ``parameters_grad`` records (not ops) and, when the dump holds API rows, modules (a module repeats the
-growth of the API inside it).  Suspects are ordered by growth, then by dump order.
+growth of the API inside it).  Suspects are ordered by growth, then by execution order
+(:meth:`OpTable.exec_order`).
 """
 
 from __future__ import annotations
@@ -91,7 +92,9 @@ def rank_suspects(table: OpTable, cfg: AnalysisConfig, top: int = 0) -> List[Dic
     idx = np.flatnonzero(cand)
     if not len(idx):
         return []
-    order = idx[np.lexsort((idx, -growth[idx]))]
+    gpos = np.empty(len(apis), dtype=np.int64)  # execution position of every group (ties: earlier first)
+    gpos[table.exec_group_order()] = np.arange(len(apis), dtype=np.int64)
+    order = idx[np.lexsort((gpos[idx], -growth[idx]))]
     if top:
         order = order[:top]
     out = []

@@ -249,3 +249,126 @@ class OpTable:
             g[self.starts[1:]] = 1
             g = np.cumsum(g)
         return g
+
+    # ------------------------------------------------------------------ execution order
+    def exec_group_order(self) -> np.ndarray:
+        """API group indices in execution order (see :func:`execution_group_order`)."""
+        if "exec_groups" not in self._cache:
+            self._cache["exec_groups"] = execution_group_order(self.group_api)
+        return self._cache["exec_groups"]
+
+    def exec_order(self) -> np.ndarray:
+        """Row indices in execution order: the groups in :meth:`exec_group_order`, rows inside a group kept."""
+        if "exec_rows" not in self._cache:
+            order = self.exec_group_order()
+            starts = self.starts[order]
+            lens = (self.ends - self.starts)[order]
+            if len(lens):
+                base = np.repeat(starts - (np.cumsum(lens) - lens), lens)
+                rows = base + np.arange(int(lens.sum()), dtype=np.int64)
+            else:
+                rows = np.zeros(0, dtype=np.int64)
+            self._cache["exec_rows"] = rows
+        return self._cache["exec_rows"]
+
+    def exec_position(self) -> np.ndarray:
+        """Position of every row in execution order (the inverse of :meth:`exec_order`)."""
+        if "exec_pos" not in self._cache:
+            pos = np.empty(self.n, dtype=np.int64)
+            pos[self.exec_order()] = np.arange(self.n, dtype=np.int64)
+            self._cache["exec_pos"] = pos
+        return self._cache["exec_pos"]
+
+
+# ---------------------------------------------------------------------------------------------- execution order
+_MODULE_HEADS = ("Module.", "Cell.")
+_PGRAD = ".parameters_grad"
+
+
+_MODULE_BACKWARD = re.compile(r"\.backward\.\d+$")
+
+
+def _is_backward(api: str) -> bool:
+    """An API backward record (``X.0.backward``) or a module backward record (``Module.x.C.backward.0``)."""
+    return api.endswith(".backward") or _MODULE_BACKWARD.search(api) is not None
+
+
+def _is_param_grad(api: str) -> bool:
+    return _PGRAD in api and (api.endswith(_PGRAD) or api.rsplit(".", 1)[0].endswith(_PGRAD))
+
+
+def execution_group_order(apis: Sequence[str]) -> np.ndarray:
+    """The order in which the recorded APIs ran, as a permutation of the dump-order groups ``apis``.
+
+    A dump.json lists forward records in call order (a module's record after the records of the APIs and
+    sub-modules it called) and backward records in the order backward ran.  Parameter gradients are the
+    exception: the reference's G8 dumps and msprobe's write a ``<module>.parameters_grad`` placeholder
+    right after the module's forward record, so their rows sit in the forward section although the
+    gradient is computed during backward.  Such a group (a parameter gradient whose nearest preceding
+    record is a forward one) moves to just after the last of:
+
+    * the module's backward records (``<module>.backward.<n>``; an unindexed G8 key holds the last
+      gradient, so after the module's last backward record; an indexed G26 key ``parameters_grad.<k>``
+      after the module's first backward record that follows it);
+    * the backward record of the API recorded right before the module's forward record (for a leaf module
+      the API that used the parameters: ``Functional.linear.0.forward`` -> ``Functional.linear.0.backward``),
+      since the module's own backward hook fires before it when the module's input needs no gradient.
+
+    When none of these is recorded, it moves to the end of the backward records that follow it; with no
+    backward record after it, it stays.  Parameter gradients already inside a backward section (G26 dumps)
+    keep their place.  Everything else keeps the dump order.
+    """
+    n = len(apis)
+    keys = np.arange(n, dtype=np.float64)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    pgrad = [g for g, a in enumerate(apis) if _PGRAD in a and _is_param_grad(a)]
+    if not pgrad:
+        return np.arange(n, dtype=np.int64)
+    backward = np.fromiter((_is_backward(a) for a in apis), dtype=bool, count=n)
+    is_pg = np.zeros(n, dtype=bool)
+    is_pg[pgrad] = True
+    index = {}
+    for g, a in enumerate(apis):
+        if backward[g]:
+            index.setdefault(a, []).append(g)
+    mod_bwd: dict = {}
+    for a, gs in index.items():
+        head, sep, _ = a.rpartition(".backward.")
+        if sep and a.startswith(_MODULE_HEADS):
+            mod_bwd.setdefault(head, []).extend(gs)
+    for k in mod_bwd:
+        mod_bwd[k].sort()
+    # next backward group at or after each position, and the end of the backward run starting there
+    nxt = np.full(n + 1, -1, dtype=np.int64)
+    for g in range(n - 1, -1, -1):
+        nxt[g] = g if backward[g] else nxt[g + 1]
+    for rank, g in enumerate(pgrad):
+        prev = g - 1
+        while prev >= 0 and is_pg[prev]:
+            prev -= 1
+        if prev >= 0 and backward[prev]:
+            continue  # already where the gradient was computed
+        api = apis[g]
+        indexed = not api.endswith(_PGRAD)
+        module = api[:api.index(_PGRAD)]
+        anchors = [b for b in mod_bwd.get(module, ()) if b > g]
+        if anchors and indexed:
+            anchors = anchors[:1]
+        # the API the module called last (a leaf module: the API that used the parameters): the forward API
+        # record right before the module's own forward record (the nearest non-parameter-gradient record)
+        k = prev - 1
+        if prev >= 0 and apis[prev].startswith(_MODULE_HEADS) and k >= 0 and not is_pg[k] \
+                and not backward[k] and not apis[k].startswith(_MODULE_HEADS) and apis[k].endswith(".forward"):
+            anchors.extend(b for b in index.get(apis[k][:-len(".forward")] + ".backward", ()) if b > g)
+        if anchors:
+            dest = max(anchors)
+        else:
+            first = int(nxt[g + 1])
+            if first < 0:
+                continue
+            dest = first
+            while dest + 1 < n and (backward[dest + 1] or is_pg[dest + 1]):
+                dest += 1
+        keys[g] = dest + 0.5 + rank / (2.0 * (len(pgrad) + 1))
+    return np.argsort(keys, kind="stable").astype(np.int64)
