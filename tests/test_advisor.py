@@ -131,13 +131,38 @@ def _fixture_cases():
 
 
 @pytest.mark.parametrize("case", _fixture_cases() or ["(fixtures absent)"])
-def test_same_advice_as_the_reference_on_fixtures(tmp_path, capsys, case):
+def test_advice_against_the_reference_on_fixtures(tmp_path, capsys, case):
+    """The file keeps the reference's three lines.  With the reference's failing rule (a report without
+    verdicts), msprobe names the reference's row whenever that row is not a parameter gradient, and writes
+    its xlsx row (the reference's 0-based index + 2).  Where the reference names a parameter gradient (it
+    walks the dump order, where G8 puts parameters_grad right after the module's forward), msprobe names
+    the first failing row in execution order instead, never a parameter gradient that ran later."""
+    from msprobe.core.compare.config import CompareConfig
+    from msprobe.core.compare.runner import run_compare
+
     fx = fixtures_or_skip() / case
     cj = json.loads((fx / "reference_out" / "_inputs" / "compare_file.json").read_text())
     (ref_file,) = (fx / "reference_out" / "v833_compare_file").glob("advisor_*.txt")
+    ref = dict(line.split(": ", 1) for line in ref_file.read_text().splitlines()[:2])
     out = tmp_path / "out"
-    code, _, err = run(["compare", "-tp", fx / cj["npu_path"], "-gp", fx / cj["bench_path"], "-o", out, "-q"], capsys)
+    code, stdout, err = run(["compare", "-tp", fx / cj["npu_path"], "-gp", fx / cj["bench_path"], "-o", out, "-q"], capsys)
     assert code == 0, err
     (ours,) = out.glob("advisor_*.txt")
-    ref_lines = ref_file.read_text().splitlines()
-    assert ours.read_text().splitlines()[:len(ref_lines)] == ref_lines
+    lines = ours.read_text().splitlines()
+    assert [x.split(": ", 1)[0] for x in lines[:3]] == ["Line", "Suspect Nodes", "Expert Advice"]
+    node = lines[1].split(": ", 1)[1]
+    if node != "NA":
+        assert lines[2].split(": ", 1)[1] == adv.reference_advice(node).split("\n")[0]
+        assert f"(report row {lines[0].split(': ', 1)[1]}," in stdout  # one number in the file and the console
+    # the reference's failing rule, in memory
+    cfg = CompareConfig(target=str(fx / cj["npu_path"]), golden=str(fx / cj["bench_path"]), output_dir=str(tmp_path / "o2"),
+                        progress=False)
+    (res,) = run_compare(cfg)
+    res.report.verdict = None
+    a = adv.advise(res.report)
+    if ref["Suspect Nodes"] == "NA":
+        assert a.line is None
+    elif "parameters_grad" not in ref["Suspect Nodes"]:
+        assert a.node == ref["Suspect Nodes"] and a.report_row == int(ref["Line"]) + 2
+    else:
+        assert "parameters_grad" not in a.node

@@ -259,8 +259,9 @@ def _producer_note(table: OpTable, i: int, j: Optional[int], failing: np.ndarray
     """(text, blame) about input row i's producer j; blame: the producer is the better suspect."""
     if j is None:
         return ("the op that produced this input was not recorded (no output with the same "
-                + ("md5" if table.mode == MODE_MD5 else "statistics") + ", dtype and shape ran before it): "
-                "widen the dump's scope/list, or look at the code between the previous API and this one"), False
+                + ("md5" if table.mode == MODE_MD5 else "statistics") + ", dtype and shape ran before it: a dtype "
+                "conversion such as autocast's, or an op outside the dump's scope/list); look at the code between "
+                "the previous API and this one"), False
     api = table.apis[j]
     where = f"{api} ({table.names[j]}, report row {j + 2})"
     if not table.matched[j]:
