@@ -83,7 +83,7 @@ def mixed_table():
 def test_round_trip_mixed_columns(tmp_path, mixed_table, read_only):
     header, columns, expected = mixed_table
     path = tmp_path / "mixed.xlsx"
-    assert write_xlsx(path, header, columns) == ["Sheet"]
+    assert write_xlsx(path, header, columns) == ["Sheet1"]
     rows = _rows(path, read_only=read_only)
     assert rows[0] == header
     assert len(rows) == len(expected) + 1
@@ -206,7 +206,7 @@ def test_pandas_reads_it(tmp_path):
 def test_empty_table(tmp_path, styles):
     path = tmp_path / "empty.xlsx"
     header = ["NPU Name", "Bench Name", "Cosine"]
-    assert write_xlsx(path, header, [[], np.array([], dtype=object), np.array([])], row_styles=styles) == ["Sheet"]
+    assert write_xlsx(path, header, [[], np.array([], dtype=object), np.array([])], row_styles=styles) == ["Sheet1"]
     rows = _rows(path)
     assert rows == [header]
     assert pd.read_excel(path).shape == (0, 3)
@@ -323,3 +323,67 @@ def test_retries_with_zip64_when_a_sheet_is_too_big(tmp_path, monkeypatch):
     rows = _rows(path)
     assert rows[0] == ["name", "value"]
     assert rows[1:] == [["row %d" % i, float(i)] for i in range(n)]
+
+
+# ------------------------------------------------------------------ relative errors as percent numbers (issue 16, item 9)
+
+
+def test_relative_error_text_is_written_as_a_percent_number(tmp_path):
+    """'12.5%' cells of the relative-error columns become numbers (0.125) with a percent format, so Excel
+    sorts and filters them; N/A / Nan / inf and other columns stay as they are; fills are kept."""
+    from msprobe.core.io.xlsx import RELATIVE_ERROR_COLUMNS
+
+    header = ["NPU Name", "MaxRelativeErr", "MinRelativeErr", "Result"]
+    columns = [["a", "b", "c", "d"],
+               ["12.5%", "N/A", "Nan", "1.5e-05%"],
+               ["inf", "0.0%", None, "5%%"],
+               ["12.5%", "", "Warning", ""]]
+    path = tmp_path / "p.xlsx"
+    assert write_xlsx(path, header, columns, row_styles=[0, 1, 2, 0],
+                      percent_columns=RELATIVE_ERROR_COLUMNS) == ["Sheet1"]
+    ws = openpyxl.load_workbook(path).worksheets[0]
+    cells = {(c.row, c.column): c for row in ws.iter_rows() for c in row}
+    a2 = cells[(2, 2)]
+    assert a2.value == pytest.approx(0.125) and a2.data_type == "n" and a2.number_format == "0.00%"
+    assert cells[(5, 2)].value == pytest.approx(1.5e-07) and cells[(5, 2)].number_format == "0.00%"
+    assert cells[(3, 3)].value == 0.0 and cells[(3, 3)].number_format == "0.00%"
+    assert cells[(3, 3)].fill.fgColor.rgb == RED and cells[(3, 2)].fill.fgColor.rgb == RED
+    for rc, text in (((3, 2), "N/A"), ((4, 2), "Nan"), ((2, 3), "inf"), ((5, 3), "5%%"), ((2, 4), "12.5%")):
+        assert cells[rc].value == text and cells[rc].number_format == "General", rc
+    assert cells[(4, 4)].fill.fgColor.rgb == YELLOW
+
+
+def test_percent_cells_read_back_as_the_report_text(tmp_path):
+    """merge_result's reader gives the exact report text back for the new percent cells, and still reads
+    the old text form (and openpyxl-written percent numbers) the same way."""
+    from msprobe.core.io.xlsx import RELATIVE_ERROR_COLUMNS
+    from msprobe.core.merge.xlsxread import SheetReader
+
+    texts = ["12.5%", "0.000414401757284722%", "1929861.1276898438%", "1.5e-05%", "0.0%", "N/A", "-3.25%"]
+    header = ["NPU Name", "MeanRelativeErr"]
+    names = [f"r{i}" for i in range(len(texts))]
+    new = tmp_path / "new.xlsx"
+    write_xlsx(new, header, [names, texts], percent_columns=RELATIVE_ERROR_COLUMNS)
+    old = tmp_path / "old.xlsx"
+    write_xlsx(old, header, [names, texts])
+    for path in (new, old):
+        with SheetReader(str(path)) as r:
+            assert r.header() == header
+            assert [row[1] for row in r.rows([0, 1])] == texts, path
+    wb = openpyxl.Workbook()
+    ws = wb.active
+    ws.append(header)
+    ws.append(["x", 0.125])
+    ws["B2"].number_format = "0.00%"
+    other = tmp_path / "openpyxl.xlsx"
+    wb.save(other)
+    with SheetReader(str(other)) as r:
+        r.header()
+        assert [row[1] for row in r.rows([0, 1])] == ["12.5%"]
+
+
+def test_single_sheet_is_named_like_the_reference(tmp_path):
+    """The reference's plain xlsx writer (pandas; 26.x --xlsx) names the sheet Sheet1 (compare.md §5.2)."""
+    path = tmp_path / "s.xlsx"
+    write_xlsx(path, ["a"], [[1]])
+    assert openpyxl.load_workbook(path).sheetnames == ["Sheet1"]

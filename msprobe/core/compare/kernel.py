@@ -388,8 +388,8 @@ def run_kernel_compare(npu_root: str, bench_root: str, output_dir: str, ranks: S
 
             path = atomic_write(path, lambda tmp: write_csv(tmp, header, columns))
         else:
-            from msprobe.core.io.xlsx import write_xlsx
+            from msprobe.core.io.xlsx import RELATIVE_ERROR_COLUMNS, write_xlsx
 
-            path = atomic_write(path, lambda tmp: write_xlsx(tmp, header, columns))
+            path = atomic_write(path, lambda tmp: write_xlsx(tmp, header, columns, percent_columns=RELATIVE_ERROR_COLUMNS))
         written.append((job, path, len(columns[0]) if columns else 0))
     return written

@@ -202,10 +202,12 @@ def write_report(rep: Report, path: str, fmt: str) -> str:
         from msprobe.core.io.csvfile import write_csv
 
         return atomic_write(path, lambda tmp: write_csv(tmp, rep.header, rep.columns))
-    from msprobe.core.io.xlsx import write_xlsx
+    from msprobe.core.io.xlsx import RELATIVE_ERROR_COLUMNS, write_xlsx
 
     styles = rep.styles if (rep.styles is not None and rep.styles.any()) else None
-    return atomic_write(path, lambda tmp: write_xlsx(tmp, rep.header, rep.columns, row_styles=styles))
+    # relative errors ("12.5%" text in the report) become percent-formatted numbers: sortable in Excel
+    return atomic_write(path, lambda tmp: write_xlsx(tmp, rep.header, rep.columns, row_styles=styles,
+                                                     percent_columns=RELATIVE_ERROR_COLUMNS))
 
 
 def run_job(cfg: CompareConfig, job: RankJob, out_dir: str, ts: str,

@@ -17,8 +17,17 @@ deflate squeezes the repeated markup out.
 
 Styles (``cellXfs``): 0 = default, 1 = red solid fill (``FFFF0000``),
 2 = yellow solid fill (``00FFFF00``, what openpyxl writes for ``'FFFF00'``),
-3 = bold font for the header row.  The fill of a styled row is put on every
-cell of the row; an empty value in a styled row is written as ``<c s=".."/>``.
+3 = bold font for the header row, 4/5/6 = the percent number format
+``0.00%`` (built-in format 10) without fill / red / yellow.  The fill of a
+styled row is put on every cell of the row; an empty value in a styled row
+is written as ``<c s=".."/>``.
+
+Percent columns (``percent_columns``): a text cell of such a column that
+reads as a finite number followed by ``%`` (``"12.5%"``, how compare reports
+hold relative errors) is written as the number ``12.5E-2`` (0.125: the same
+digits, no rounding) with the percent format, so spreadsheet programs sort
+and filter it as a number and still show ``12.50%``.  Other cells of the column (``N/A``, ``Nan``, ``inf``, numbers)
+are written as usual.
 
 Worksheet niceties: ``<dimension>``, a frozen header row, ``<cols>`` widths
 and an ``<autoFilter>`` over the whole table (with the hidden
@@ -88,7 +97,7 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-__all__ = ["write_xlsx"]
+__all__ = ["write_xlsx", "write_workbook", "RELATIVE_ERROR_COLUMNS"]
 
 #: Rows per chunk of sheet XML built at once (4096 keeps numpy temporaries
 #: small enough to be recycled by malloc and to stay in cache; measured best).
@@ -103,6 +112,14 @@ EXCEL_MAX_ROWS = 1_048_576
 #: deflate level of the zip members (1 is about 2-3x faster than 6 for
 #: ~30% larger files on report data).
 COMPRESS_LEVEL = 1
+
+#: The relative-error columns of compare reports, held as "12.5%" text in memory (the reference's form)
+#: and written as percent-formatted numbers (see ``percent_columns``).
+RELATIVE_ERROR_COLUMNS = ("MaxRelativeErr", "MinRelativeErr", "MeanRelativeErr", "NormRelativeErr")
+#: Excel's built-in number format 10, ``0.00%``.
+PERCENT_FORMAT_ID = 10
+#: Sheet name of a single-sheet workbook: the reference's (pandas) name, also in 26.x ``--xlsx`` reports.
+DEFAULT_SHEET_NAME = "Sheet1"
 
 _U8 = np.uint8
 _MAX_EXACT_INT = 2**53
@@ -666,6 +683,61 @@ def _column_cells(col: Any, styled: np.ndarray | None) -> _Cells:
     return _object_cells(list(col), styled)
 
 
+# --- percent columns ---------------------------------------------------------
+
+
+def _percent_cells(col: Any, styled: np.ndarray | None) -> tuple[_Cells, np.ndarray | None]:
+    """Cells of a percent column and the mask of its percent cells (None when there is none).
+
+    A text cell ``"<finite number>%"`` becomes a number cell holding the same decimal digits scaled by
+    ``E-2`` (``"12.5%"`` -> ``<v>12.5E-2</v>``, i.e. 0.125, a valid xsd:double): no float rounding, and
+    a reader that knows the percent style gets the exact text back (``msprobe.core.merge.xlsxread``)."""
+    if isinstance(col, np.ndarray) and col.dtype.kind != "O":
+        return _column_cells(col, styled), None
+    values = col.tolist() if isinstance(col, np.ndarray) else list(col)
+    n = len(values)
+    at = np.flatnonzero(np.fromiter(map(str.__instancecheck__, values), bool, n)) if n else np.zeros(0, np.intp)
+    pct = None
+    if len(at):
+        text = np.array([values[i] for i in at.tolist()], dtype=str)
+        ends = np.char.endswith(text, "%") & (np.char.count(text, "%") == 1)
+        if ends.any():
+            at, text = at[ends], np.char.rstrip(text[ends], "%")
+            # plain decimal or scientific numbers only (float() would also take "1_0", " 1", "infinity")
+            ok = (np.char.strip(text, "0123456789.-+eE") == "") & (np.char.str_len(text) > 0)
+            nums = np.full(len(text), np.nan)
+            try:
+                nums[ok] = text[ok].astype(np.float64)
+            except ValueError:  # e.g. "1-2": one by one
+                for k in np.flatnonzero(ok).tolist():
+                    try:
+                        nums[k] = float(text[k])
+                    except ValueError:
+                        pass
+            ok &= np.isfinite(nums)
+            if ok.any():
+                at, text = at[ok], text[ok]
+                pct = np.zeros(n, bool)
+                pct[at] = True
+    if pct is None:
+        return _column_cells(col, styled), None
+    low = np.char.lower(text)
+    sci = np.char.find(low, "e") >= 0
+    digits = np.char.add(text, "E-2")
+    if sci.any():
+        parts = np.char.partition(low[sci], "e")
+        exps = parts[:, 2].astype(np.int64) - 2
+        digits[sci] = np.char.add(np.char.add(parts[:, 0], "E"), exps.astype(str))
+    body_s = np.char.add(np.char.add(_V_OPEN.decode(), digits), _V_CLOSE.decode()).astype("S")
+    body = body_s.view(_U8).reshape(len(body_s), body_s.dtype.itemsize)
+    parts_list = [(at, _Cells(body, np.ones(len(at), bool), []))]
+    rest = np.flatnonzero(~pct)
+    if len(rest):
+        sub = np.fromiter(values, dtype=object, count=n)[rest]
+        parts_list.append((rest, _column_cells(sub, None if styled is None else styled[rest])))
+    return _merge(n, parts_list), pct
+
+
 # ----------------------------------------------------------------------------
 # sheet XML
 # ----------------------------------------------------------------------------
@@ -673,8 +745,11 @@ def _column_cells(col: Any, styled: np.ndarray | None) -> _Cells:
 # Cell start by row style; the fill attribute is a one-byte marker expanded
 # after the NUL bytes are dropped (keeps the matrix narrow); last: absent cell.
 _STYLE_MARKS = {1: (b"\x03", b' s="1"'), 2: (b"\x04", b' s="2"')}
-_LEAD = _table([b"<c", b"<c\x03", b"<c\x04", b""])
+# percent cells (style 4, 5, 6 = percent without fill, red, yellow): lead index 4 + row style
+_PERCENT_MARKS = ((b"\x05", b' s="4"'), (b"\x06", b' s="5"'), (b"\x07", b' s="6"'))
+_LEAD = _table([b"<c", b"<c\x03", b"<c\x04", b"", b"<c\x05", b"<c\x06", b"<c\x07"])
 _ABSENT = 3
+_PERCENT_LEAD = 4
 _ROW_DIGITS = 8  # two quads; Excel rows <= 1,048,576
 _ROW_OPEN = b'<row r="'
 _ROW_CLOSE = b"</row>"
@@ -684,8 +759,9 @@ class _ChunkBuilder:
     def __init__(self, ncols: int):
         self.letters = [_col_letters(j).encode() for j in range(ncols)]
 
-    def build(self, columns: list, styles: np.ndarray | None, first_row: int) -> bytes:
-        """XML of the rows ``first_row ..`` (1-based Excel row numbers)."""
+    def build(self, columns: list, styles: np.ndarray | None, first_row: int, percent=frozenset()) -> bytes:
+        """XML of the rows ``first_row ..`` (1-based Excel row numbers); ``percent``: positions of the
+        percent columns."""
         n = len(styles) if styles is not None else len(columns[0]) if columns else 0
         if n == 0:
             return b""
@@ -704,10 +780,19 @@ class _ChunkBuilder:
             lead_all = _LEAD[lead_codes]
         longs: list = []
         prev_present = None
+        used_percent = False
         for j, col in enumerate(columns):
-            cells = _column_cells(col, styled)
+            pct = None
+            if j in percent:
+                cells, pct = _percent_cells(col, styled)
+            else:
+                cells = _column_cells(col, styled)
             present = cells.present
-            if present.all():
+            if pct is not None:
+                used_percent = True
+                codes = np.where(pct, lead_codes + _PERCENT_LEAD, lead_codes)
+                pieces.append(_LEAD[np.where(present, codes, _ABSENT)])
+            elif present.all():
                 pieces.append(lead_all)
             else:
                 pieces.append(_LEAD[np.where(present, lead_codes, _ABSENT)])
@@ -730,6 +815,10 @@ class _ChunkBuilder:
         if styled is not None:
             for code, (mark, attr) in _STYLE_MARKS.items():
                 if (styles == code).any():
+                    data = data.replace(mark, attr)
+        if used_percent:
+            for mark, attr in _PERCENT_MARKS:
+                if mark in data:
                     data = data.replace(mark, attr)
         if longs:
             longs.sort(key=lambda t: (t[0], t[1]))
@@ -831,11 +920,14 @@ _STYLES_XML = (
     "</fills>"
     '<borders count="1"><border><left/><right/><top/><bottom/><diagonal/></border></borders>'
     '<cellStyleXfs count="1"><xf numFmtId="0" fontId="0" fillId="0" borderId="0"/></cellStyleXfs>'
-    '<cellXfs count="4">'
+    '<cellXfs count="7">'
     '<xf numFmtId="0" fontId="0" fillId="0" borderId="0" xfId="0"/>'
     '<xf numFmtId="0" fontId="0" fillId="2" borderId="0" xfId="0" applyFill="1"/>'
     '<xf numFmtId="0" fontId="0" fillId="3" borderId="0" xfId="0" applyFill="1"/>'
     '<xf numFmtId="0" fontId="1" fillId="0" borderId="0" xfId="0" applyFont="1"/>'
+    f'<xf numFmtId="{PERCENT_FORMAT_ID}" fontId="0" fillId="0" borderId="0" xfId="0" applyNumberFormat="1"/>'
+    f'<xf numFmtId="{PERCENT_FORMAT_ID}" fontId="0" fillId="2" borderId="0" xfId="0" applyNumberFormat="1" applyFill="1"/>'
+    f'<xf numFmtId="{PERCENT_FORMAT_ID}" fontId="0" fillId="3" borderId="0" xfId="0" applyNumberFormat="1" applyFill="1"/>'
     "</cellXfs>"
     '<cellStyles count="1"><cellStyle name="Normal" xfId="0" builtinId="0"/></cellStyles>'
     '<dxfs count="0"/><tableStyles count="0" defaultTableStyle="TableStyleMedium9" '
@@ -982,8 +1074,8 @@ def _normalise_column(col: Any, nrows: int, index: int) -> Any:
     return col
 
 
-def write_xlsx(path, header, columns, row_styles=None, sheet_name="Sheet", max_rows_per_sheet=1_048_500,
-               col_widths=None) -> list[str]:
+def write_xlsx(path, header, columns, row_styles=None, sheet_name=DEFAULT_SHEET_NAME, max_rows_per_sheet=1_048_500,
+               col_widths=None, percent_columns=()) -> list[str]:
     """Write one workbook holding a single table (see the module docstring).
 
     ``header``: list of column titles (row 1).  ``columns``: one entry per
@@ -995,6 +1087,9 @@ def write_xlsx(path, header, columns, row_styles=None, sheet_name="Sheet", max_r
     sheets ``part_0``, ``part_1``, ... each repeating the header; otherwise
     the single sheet is named ``sheet_name``.  ``col_widths``: list of column
     widths, or ``None`` for a heuristic from the header and the first rows.
+    ``percent_columns``: header names of the columns whose ``"12.5%"`` text
+    cells are written as percent-formatted numbers (see the module docstring;
+    e.g. :data:`RELATIVE_ERROR_COLUMNS`).
 
     The file is written to ``path`` directly.  Returns the sheet names.
     """
@@ -1025,17 +1120,27 @@ def write_xlsx(path, header, columns, row_styles=None, sheet_name="Sheet", max_r
         _check_sheet_name(sheet_name)
         names = [sheet_name]
     widths = list(col_widths) if col_widths is not None else _default_widths(header, columns, nrows)
-    _write_package_retry(path, [_SheetPlan(n, header, columns, styles, a, b, widths) for n, (a, b) in zip(names, bounds)])
+    percent = _percent_positions(header, percent_columns)
+    _write_package_retry(path, [_SheetPlan(n, header, columns, styles, a, b, widths, percent)
+                                for n, (a, b) in zip(names, bounds)])
     return names
+
+
+def _percent_positions(header: list, percent_columns) -> frozenset:
+    wanted = set(percent_columns or ())
+    return frozenset(j for j, h in enumerate(header) if h in wanted)
 
 
 def write_workbook(path, sheets) -> list[str]:
     """Write several tables into one workbook, one sheet each.
 
     ``sheets``: ``[(sheet_name, header, columns), ...]`` with ``header``/``columns`` as for
-    :func:`write_xlsx` (no row styles; each table must fit one sheet).  Returns the sheet names."""
+    :func:`write_xlsx` (no row styles; each table must fit one sheet); an entry may carry a fourth
+    item, the header names of its percent columns.  Returns the sheet names."""
     plans = []
-    for name, header, columns in sheets:
+    for entry in sheets:
+        name, header, columns = entry[:3]
+        percent_columns = entry[3] if len(entry) > 3 else ()
         _check_sheet_name(name)
         header = [str(h) for h in header]
         columns = list(columns)
@@ -1045,7 +1150,8 @@ def write_workbook(path, sheets) -> list[str]:
         if nrows > EXCEL_MAX_ROWS - 1:
             raise ValueError(f"sheet {name!r}: {nrows} rows do not fit an Excel sheet")
         columns = [_normalise_column(c, nrows, j) for j, c in enumerate(columns)]
-        plans.append(_SheetPlan(name, header, columns, None, 0, nrows, _default_widths(header, columns, nrows)))
+        plans.append(_SheetPlan(name, header, columns, None, 0, nrows, _default_widths(header, columns, nrows),
+                                _percent_positions(header, percent_columns)))
     if not plans:
         raise ValueError("no sheets to write")
     _write_package_retry(path, plans)
@@ -1060,6 +1166,7 @@ class _SheetPlan(NamedTuple):
     start: int   # the sheet holds rows start..stop of the columns
     stop: int
     widths: list
+    percent: frozenset = frozenset()  # positions of the percent columns
 
 
 def _write_package_retry(path, plans) -> None:
@@ -1095,7 +1202,7 @@ def _write_package(path, plans, force_zip64: bool) -> None:
                         c1 = min(c0 + CHUNK_ROWS, p.stop)
                         chunk_cols = [col[c0:c1] for col in p.columns]
                         chunk_styles = None if p.styles is None else p.styles[c0:c1]
-                        out.write(builder.build(chunk_cols, chunk_styles, c0 - p.start + 2))
+                        out.write(builder.build(chunk_cols, chunk_styles, c0 - p.start + 2, p.percent))
                     out.write(_sheet_tail(ncols, p.stop - p.start))
                 finally:
                     out.close()

@@ -52,6 +52,53 @@ _SI_RE = re.compile(rb"<si\b[^>]*?(?:/>|>(.*?)</si>)", re.S)
 _SHEET_RE = re.compile(rb"<sheet\b[^>]*?\br:id=\"([^\"]+)\"|<sheet\b[^>]*?\bid=\"([^\"]+)\"")
 _REL_RE = re.compile(rb"<Relationship\b([^>]*)/?>")
 _ATTR_RE = re.compile(rb'(\w+)="([^"]*)"')
+_STYLE_RE = re.compile(rb'\bs="(\d+)"')
+_CELLXFS_RE = re.compile(rb"<cellXfs\b[^>]*>(.*?)</cellXfs>", re.S)
+_XF_RE = re.compile(rb"<xf\b([^>]*)")
+_NUMFMT_RE = re.compile(rb"<numFmt\b([^>]*)")
+#: Excel's built-in percent formats (0%, 0.00%)
+_BUILTIN_PERCENT = (9, 10)
+
+
+def percent_styles(styles_xml: bytes) -> frozenset:
+    """Indexes (as bytes, e.g. b"4") of the cell formats that show numbers as percentages."""
+    custom = set()
+    for m in _NUMFMT_RE.finditer(styles_xml):
+        attrs = dict(_ATTR_RE.findall(m.group(1)))
+        code = html.unescape(attrs.get(b"formatCode", b"").decode("utf-8", "replace"))
+        code = re.sub(r'"[^"]*"|\\.', "", code)  # quoted text and escaped characters are literal
+        if "%" in code and attrs.get(b"numFmtId", b"").isdigit():
+            custom.add(int(attrs[b"numFmtId"]))
+    block = _CELLXFS_RE.search(styles_xml)
+    if block is None:
+        return frozenset()
+    out = set()
+    for i, m in enumerate(_XF_RE.finditer(block.group(1))):
+        fid = dict(_ATTR_RE.findall(m.group(1))).get(b"numFmtId", b"0")
+        if fid.isdigit() and (int(fid) in _BUILTIN_PERCENT or int(fid) in custom):
+            out.add(str(i).encode())
+    return frozenset(out)
+
+
+_SCALED_RE = re.compile(rb"^([-+]?(?:\d+\.?\d*|\.\d+))E(-?\d+)$")
+
+
+def percent_text(fraction: float, raw: bytes = b"") -> str:
+    """A percent-formatted number as the text form compare reports hold (0.125 -> "12.5%").
+
+    msprobe writes such a cell as the report's digits scaled by ``E-2`` (``12.5E-2``, ``1.5E-7`` for
+    ``1.5e-05%``): ``raw`` (the cell's ``<v>`` text) then gives the exact text back.  Other writers'
+    numbers give the shortest number whose hundredth is ``fraction``."""
+    m = _SCALED_RE.match(raw) if raw else None
+    if m:
+        mant, exp = m.group(1).decode(), int(m.group(2)) + 2
+        return (mant if exp == 0 else f"{mant}e{exp:+03d}") + "%"
+    x = fraction * 100
+    for digits in (15, 16, 17):
+        text = f"{x:.{digits}g}"
+        if float(text) / 100 == fraction:
+            return repr(float(text)) + "%"
+    return repr(x) + "%"
 
 
 def _col_index(letters: bytes) -> int:
@@ -153,6 +200,10 @@ class SheetReader:
             names = set(self.zf.namelist())
             self.sheet = _find_first_sheet(self.zf, names)
             self.shared: Optional[List[str]] = None
+            # relative errors are percent-formatted numbers since msprobe writes them so (0.125 shown as
+            # 12.50%); older reports and the reference's hold the text "12.5%": both read as that text
+            self.percent = percent_styles(self._read_all("xl/styles.xml")) if "xl/styles.xml" in names \
+                else frozenset()
             if "xl/sharedStrings.xml" in names:
                 self.shared = [_rich_text(m.group(1) or b"") for m in _SI_RE.finditer(self._read_all("xl/sharedStrings.xml"))]
         except BaseException:
@@ -221,7 +272,12 @@ class SheetReader:
         v = _V_RE.search(inner)
         if v is None:
             return None
-        return self._typed(kind, v.group(1))
+        value = self._typed(kind, v.group(1))
+        if kind == b"n" and self.percent and value is not None and b's="' in attrs:
+            m = _STYLE_RE.search(attrs)
+            if m and m.group(1) in self.percent:
+                return percent_text(value, v.group(1))
+        return value
 
     def _typed(self, kind: bytes, raw: bytes):
         if kind == b"n":
