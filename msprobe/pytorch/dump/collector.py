@@ -26,6 +26,13 @@ _SIMPLE = {bool: "bool", int: "int", float: "float", str: "str"}
 
 
 
+def _completed(work):
+    try:
+        return bool(work.is_completed())
+    except Exception:
+        return False
+
+
 class TensorWriter:
     """Saves tensor files, inline or (async_dump) on one background thread, in submission order."""
 
@@ -101,6 +108,7 @@ class Collector(CollectorBase):
                 pass
         self.grad_hook_handles = []
         self.pending_md5 = []
+        self.pending_async = []      # (works, record, name, args, kwargs) of async collectives not yet complete
         self.stats.clear()
         self._reset_step()
 
@@ -246,6 +254,8 @@ class Collector(CollectorBase):
         save = self._save_for(name)
         if self.fwd_out:
             if distributed:
+                # a collective writes its tensor arguments in place (through the backend): its output
+                # is its arguments after the call, measured now (the hooks dropped the stale cache)
                 vals = list(args) + list((kwargs or {}).values())
                 rec["output"] = [self.convert(v, f"{name}.output.{i}", save) for i, v in enumerate(vals)]
             else:
@@ -255,6 +265,45 @@ class Collector(CollectorBase):
             self._overflow_check(name, rec)
         elif len(self.stats) >= FLUSH_STATS_EVERY:
             self.stats.resolve()
+
+    def api_outputs_later(self, name, rec, works, args, kwargs):
+        """An async collective (``async_op=True``, isend/irecv, batch_isend_irecv): its tensors are final
+        only once its Work objects complete. The output is recorded at ``wait()`` (or when a later
+        captured call finds them completed), at the latest at the next flush."""
+        if rec is not None and self.fwd_out:
+            rec["output"] = None          # keeps the key order; filled when the works complete
+        self.pending_async.append((works, rec, name, args, kwargs))
+
+    def async_done(self, work=None, wait=False):
+        """Record the outputs of the pending async collectives whose works are complete: all of them
+        (``wait``: after waiting for each), those of ``work`` (its ``wait()`` returned), or (neither)
+        those found completed."""
+        pending = self.pending_async
+        if not pending:
+            return
+        keep = []
+        done = []
+        for entry in pending:
+            works = entry[0]
+            if wait:
+                for w in works:
+                    try:
+                        w.wait()
+                    except Exception:
+                        pass
+                done.append(entry)
+            elif all(w is work or _completed(w) for w in works):
+                done.append(entry)
+            else:
+                keep.append(entry)
+        if not done:
+            return
+        self.pending_async = keep
+        self.stats.forget_all()          # the backend wrote without bumping any version counter
+        for _works, rec, name, args, kwargs in done:
+            if rec is not None:
+                rec.pop("output", None)
+                self.api_outputs(name, rec, None, True, args, kwargs)
 
     def api_backward(self, name, grad_outputs, grad_inputs):
         """Backward of API ``name``: grads w.r.t. its outputs (input) and inputs (output)."""
@@ -302,9 +351,11 @@ class Collector(CollectorBase):
         """Resolve pending statistics and rewrite the step's JSON files."""
         if self.step_dir is None:
             return
-        if not self.dirty and not len(self.stats) and not self.pending_backward and not self.pending_md5:
+        if not self.dirty and not len(self.stats) and not self.pending_backward and not self.pending_md5 \
+                and not self.pending_async:
             return
         self.dirty = False
+        self.async_done(wait=True)
         for finish in list(self.pending_backward.values()):
             finish()
         self.stats.resolve()

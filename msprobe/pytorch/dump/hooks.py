@@ -110,6 +110,32 @@ def function_names():
     return names
 
 
+_INPLACE_DUNDERS = {"__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__", "__ipow__",
+                    "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__", "__imatmul__", "__idiv__",
+                    "__setitem__"}
+
+
+def _write_kind(name, distributed):
+    """What a call of API ``name`` may write that the version counter may not show: 2 = anything
+    (collectives, NPU ops: written through a backend, views included), 1 = its first argument (in-place
+    methods and functions), 0 = nothing beyond ``out=`` (checked per call)."""
+    if distributed or name.startswith("NPU."):
+        return 2
+    api = name.rsplit(".", 1)[-1]
+    if api in _INPLACE_DUNDERS or (api.endswith("_") and not api.startswith("__")):
+        return 1
+    return 0
+
+
+def _is_work(out):
+    """The result of an async collective: a Work, or a list of them (batch_isend_irecv)."""
+    if out is None or isinstance(out, torch.Tensor):
+        return False
+    if isinstance(out, (list, tuple)):
+        return bool(out) and all(hasattr(w, "wait") and not isinstance(w, torch.Tensor) for w in out)
+    return hasattr(out, "wait") and hasattr(out, "is_completed")
+
+
 def iter_tensors(obj, depth=0):
     """The tensors in ``obj`` (nested lists, tuples, dict values), depth first, in order."""
     if isinstance(obj, torch.Tensor):
@@ -250,6 +276,8 @@ class Hooks:
         self.hooked_models = []
         self._module_handles = []
         self._param_handles = []
+        self._writes = {}           # name -> what a call may write that _version does not show (_write_kind)
+        self._work_classes = set()  # Work classes whose wait() is wrapped (async collectives)
 
     # ------------------------------------------------------------------ install
     def install_api_patches(self, npu_module=None):
@@ -321,12 +349,42 @@ class Hooks:
     def patch_off(self):
         undo_patches(self._patched)
         self._patched = []
+        self._work_classes = set()
+
+    def _watch_work(self, works):
+        """Wrap ``wait()`` of the Work classes of an async collective, so its outputs are recorded when
+        the training waits for them (undone with the other patches)."""
+        col = self.col
+        errors = self.errors
+        for w in works:
+            cls = type(w)
+            if cls in self._work_classes:
+                continue
+            orig = getattr(cls, "wait", None)
+            if orig is None:
+                continue
+            stored = cls.__dict__.get("wait", _MISSING)
+
+            def wait(work, *args, _orig=orig, **kwargs):
+                result = _orig(work, *args, **kwargs)
+                if col.pending_async and not TLS.depth:
+                    guarded(errors, "Distributed wait", col.async_done, work)
+                return result
+
+            wait.__msprobe_original__ = orig
+            try:
+                setattr(cls, "wait", wait)
+            except Exception:
+                continue
+            self._work_classes.add(cls)
+            self._patched.append((cls, "wait", stored))
 
     def register_custom(self, module, api, prefix):
         key = (id(module), api)
         if key in self._custom:
             return
         orig = getattr(module, api)
+        self._writes[f"{prefix}.{api}"] = 2       # a custom op may write through its backend
         setattr(module, api, self._wrapper(f"{prefix}.{api}", orig))
         self._custom[key] = (module, api, orig)
 
@@ -350,10 +408,19 @@ class Hooks:
     def _wrapper(self, name, orig, distributed=False):
         hooks = self
 
-        def wrapper(*args, **kwargs):
-            if not RT.on or TLS.depth:
-                return orig(*args, **kwargs)
-            return hooks.call(name, orig, args, kwargs, distributed)
+        if distributed:
+            def wrapper(*args, **kwargs):
+                if not RT.on or TLS.depth:
+                    out = orig(*args, **kwargs)
+                    if RT.on:                      # not recorded (nested), but it still wrote
+                        hooks.col.stats.forget_all()
+                    return out
+                return hooks.call(name, orig, args, kwargs, distributed)
+        else:
+            def wrapper(*args, **kwargs):
+                if not RT.on or TLS.depth:
+                    return orig(*args, **kwargs)
+                return hooks.call(name, orig, args, kwargs, distributed)
 
         try:
             functools.update_wrapper(wrapper, orig)
@@ -402,8 +469,13 @@ class Hooks:
     # ------------------------------------------------------------------ API calls
     def call(self, name, func, args, kwargs, distributed=False, shown=None):
         if self.apis_suspended or os.getpid() != self.pid:   # forked children (DataLoader workers) record nothing
-            return func(*args, **kwargs)
+            out = func(*args, **kwargs)
+            if distributed:
+                self.col.stats.forget_all()
+            return out
         col = self.col
+        if col.pending_async:
+            guarded(self.errors, "Distributed wait", col.async_done)
         n = col.api_count.get(name, 0)
         fwd = f"{name}.{n}.forward"
         if self.kernel_target is not None:
@@ -423,7 +495,17 @@ class Hooks:
             col.api_count[name] = n + 1
             try:
                 with _DisableTF():
-                    col.api_outputs(fwd, rec, out, distributed, args, kwargs)
+                    writes = self._writes.get(name)
+                    if writes is None:
+                        writes = self._writes[name] = _write_kind(name, distributed)
+                    if writes or "out" in kwargs:
+                        self._written(writes, args, kwargs)
+                    if distributed and _is_work(out):
+                        works = out if isinstance(out, (list, tuple)) else [out]
+                        self._watch_work(works)
+                        col.api_outputs_later(fwd, rec, works, args, kwargs)
+                    else:
+                        col.api_outputs(fwd, rec, out, distributed, args, kwargs)
                     if col.want_backward and not distributed:
                         self._api_backward_hook(name, n, out, args, kwargs)
                     if col.terminated:
@@ -433,6 +515,19 @@ class Hooks:
             return out
         finally:
             TLS.depth -= 1
+
+    def _written(self, writes, args, kwargs):
+        """Stop reusing cached statistics of what the call may have written (measured afresh next time)."""
+        stats = self.col.stats
+        if writes == 2:
+            stats.forget_all()
+            return
+        if writes == 1 and args and isinstance(args[0], torch.Tensor):
+            stats.forget(args[0])
+        out = kwargs.get("out")
+        if out is not None:
+            for t in iter_tensors(out):
+                stats.forget(t)
 
     def _kernel_dump(self, name, n, fwd, func, args, kwargs):
         """Level L2: CANN kernel dump (torch_npu) around the one API named in ``list``."""

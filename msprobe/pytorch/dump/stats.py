@@ -10,7 +10,10 @@ Three reductions per tensor: ``aminmax`` (one pass), ``sum`` (accumulated in flo
 ``sum / numel``, divided and rounded to the tensor's dtype at resolve time, as ``torch.mean``
 does) and ``vector_norm``. A tensor that is recorded again unchanged (same object, same version
 counter: a weight used by several calls, an output that feeds the next API, a gradient passed
-along) reuses its pending statistics instead of launching new reductions.
+along) reuses its pending statistics instead of launching new reductions. The version counter is
+only trusted for ops that bump it: after a call that may write through a backend (collectives,
+custom and NPU ops) the hooks drop the whole cache (:meth:`StatBuffer.forget_all`), after in-place
+methods and ``out=`` calls the written tensors (:meth:`StatBuffer.forget`).
 
 Statistic semantics follow MindStudio Probe 8.x: integer, float64 and (with ``precision: high``)
 every tensor is cast to float32 first; bf16/fp16 statistics are rounded to their own dtype; bool
@@ -213,6 +216,17 @@ class StatBuffer:
         slot = ent[2]
         slot.recs.append(rec)
         return slot
+
+    def forget(self, t):
+        """``t`` may have been written without a version bump: do not reuse its pending statistics."""
+        self._seen.pop(id(t), None)
+
+    def forget_all(self):
+        """An op may have written through a backend (a collective, a custom or NPU op): its writes do
+        not bump ``_version``, and they reach every view of the storage, so no cached value can be
+        trusted any more. Pending statistics stay; only their reuse for later records stops."""
+        if self._seen:
+            self._seen = {}
 
     def add(self, rec, t, orig=None):
         """Launch the statistics of ``t`` (plain, detached) for ``rec``; returns the slot (None if no data)."""
