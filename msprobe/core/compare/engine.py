@@ -12,9 +12,10 @@ import numpy as np
 from msprobe.core.compare import highlight as hl
 from msprobe.core.compare import stats as st
 from msprobe.core.compare import tensor as tm
+from msprobe.core.compare import verdict as vd
 from msprobe.core.compare.config import CompareConfig
 from msprobe.core.compare.match import Matches, match_exact, match_fuzzy, match_mapped
-from msprobe.core.dump.reader import MODE_MD5, MODE_STATISTICS, MODE_TENSOR, DumpRows, dump_mode, read_dump
+from msprobe.core.dump.reader import MODE_MD5, MODE_STATISTICS, MODE_TENSOR, NO_VALUE, DumpRows, dump_mode, read_dump
 from msprobe.core.errors import MsprobeError
 
 log = logging.getLogger("msprobe")
@@ -33,6 +34,8 @@ MSG_RG = "Requires_grad inconsistent. "
 MSG_FUZZY = " Fuzzy matching data, the comparison accuracy may be affected."
 STACK_COL = "NPU_Stack_Info"
 MATCH_COL = "Match"
+MSG_ARG_EQUAL = "Non-tensor argument, compared by value: equal."
+MSG_ARG_DIFF = "Non-tensor argument, compared by value: "
 
 
 @dataclass
@@ -42,7 +45,7 @@ class Report:
     mode: str
     header: List[str]
     columns: List[list]
-    styles: Optional[np.ndarray]  # int8 per row (0 none, 1 red, 2 yellow) or None
+    styles: Optional[np.ndarray]  # int8 per row (0 none, 1 red = FAIL, 2 yellow = WARN) or None (no highlighting)
     names: List[str]
     apis: List[str]
     matched: int
@@ -54,7 +57,9 @@ class Report:
     # the summary, worst ops and the advisor derive from it
     verdict: Optional[np.ndarray] = None  # int8 per row
     why: List[str] = field(default_factory=list)  # short reason per row ("" for PASS / NOT_COMPARED)
-    score: Optional[np.ndarray] = None  # float64 per row: scaled error (multiples of the noise bound), for ranking
+    score: Optional[np.ndarray] = None  # float64 per row: scaled error (|difference| / magnitude), for ranking
+    unit: Optional[np.ndarray] = None  # float64 per row: unit roundoff of the lower-precision dtype (noise unit)
+    ref_styles: Optional[np.ndarray] = None  # the reference's rule colours (compare.md §6), for comparison only
 
     @property
     def rows(self) -> int:
@@ -62,11 +67,13 @@ class Report:
 
     @property
     def red(self) -> int:
-        return 0 if self.styles is None else int(np.count_nonzero(self.styles == hl.RED))
+        """Rows judged FAIL (coloured red when highlighting is on)."""
+        return 0 if self.verdict is None else int(np.count_nonzero(self.verdict == vd.FAIL))
 
     @property
     def yellow(self) -> int:
-        return 0 if self.styles is None else int(np.count_nonzero(self.styles == hl.YELLOW))
+        """Rows judged WARN (coloured yellow when highlighting is on)."""
+        return 0 if self.verdict is None else int(np.count_nonzero(self.verdict == vd.WARN))
 
 
 def _take(values: list, idx: np.ndarray, fill=NA) -> list:
@@ -273,6 +280,63 @@ def _highlight(t: DumpRows, m: Matches, tv, summary_cells, max_diff_cells, rg_ba
     return styles, _join_msg(msg, hmsgs, "\n")
 
 
+def _stat_arrays(rows: DumpRows, idx: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """(4, n) Max/Min/Mean/Norm values and number masks of one side, in report order (-1: NaN, unusable)."""
+    if rows.parsed is None:
+        rows.parsed = [st.parsed_stats(c) for c in (rows.stat_max, rows.stat_min, rows.stat_mean, rows.stat_norm)]
+    vals, oks = [], []
+    for k in range(4):
+        v, ok, _ = _take_parsed(rows.parsed[k], idx)
+        vals.append(np.where(ok, v, np.nan))
+        oks.append(ok)
+    return np.vstack(vals), np.vstack(oks)
+
+
+def _judge(t: DumpRows, g: DumpRows, m: Matches, rg_bad=None, **extra) -> vd.Judgement:
+    """The verdict of every report row (verdict.judge on this pair's columns)."""
+    ts, tok = _stat_arrays(t, m.target)
+    gs, gok = _stat_arrays(g, m.golden)
+    facts = vd.Facts(
+        names=_take(t.names, m.target), api=_take(t.api, m.target), state=_take(t.state, m.target),
+        matched=m.matched, t_dtype=_take(t.dtype, m.target), g_dtype=_take(g.dtype, m.golden),
+        t_stats=ts, g_stats=gs, t_ok=tok, g_ok=gok,
+        t_value=_take(t.value, m.target, fill=NO_VALUE) if t.value else None,
+        g_value=_take(g.value, m.golden, fill=NO_VALUE) if g.value else None,
+        rg_bad=rg_bad, **extra,
+    )
+    return vd.judge(facts)
+
+
+def _apply(rep: Report, j: vd.Judgement, cfg: CompareConfig) -> None:
+    """Verdict fields, colours (highlighting on), failing count, first red row and worst ops of a report."""
+    rep.verdict, rep.why, rep.score, rep.unit = j.verdict, j.why, j.score, j.unit
+    rep.styles = _styles(j.verdict) if cfg.highlight else None
+    rep.failing = int(np.count_nonzero(j.verdict == vd.FAIL))
+    fails = np.flatnonzero(j.verdict == vd.FAIL)
+    rep.first_red = (int(fails[0]), rep.names[int(fails[0])]) if len(fails) else None
+    rep.worst = _worst(rep, j)
+
+
+def _styles(verdict: np.ndarray) -> np.ndarray:
+    return np.where(verdict == vd.FAIL, hl.RED, np.where(verdict == vd.WARN, hl.YELLOW, hl.NONE)).astype(np.int8)
+
+
+def _verdict_notes(msg: List[str], j: vd.Judgement, flagged: np.ndarray, ref_msgs: Optional[List[str]] = None) -> List[str]:
+    """Err_message plus our reason: on every FAIL / WARN row, and on rows a reference rule flags (its Result,
+    Accuracy or colour) that our verdict clears, so the two never disagree silently."""
+    out = list(msg)
+    v = j.verdict
+    note = (v >= vd.WARN) | (flagged & (v >= vd.PASS) & (v <= vd.NOISE))
+    for i in np.flatnonzero(note).tolist():
+        text = f"{vd.NAMES[int(v[i])]}: {j.why[i] or 'both sides equal'}"
+        if v[i] <= vd.NOISE and ref_msgs is not None and ref_msgs[i]:
+            text += f" (reference rule: {ref_msgs[i].splitlines()[0]}; not a fault here)"
+        elif v[i] <= vd.NOISE:
+            text += " (the reference's rule flags it; not a fault here)"
+        out[i] = out[i] + "\n" + text if out[i] else text
+    return out
+
+
 def _statistics(cfg: CompareConfig, t: DumpRows, g: DumpRows, m: Matches) -> Report:
     header, cols = _basic(t, g, m)
     tv, gv, summary_cells = _summary_cols(t, g, m)
@@ -290,21 +354,23 @@ def _statistics(cfg: CompareConfig, t: DumpRows, g: DumpRows, m: Matches) -> Rep
         warns.append(w)
     warn = warns[0] | warns[1] | warns[2] | warns[3]
     rg_cells, rg_bad = _rg_consistent(t, g, m)
-    result = [("Warning" if w else "") if ok else NA for w, ok in zip(warn.tolist(), matched.tolist())]
+    j = _judge(t, g, m, rg_bad=rg_bad)
     msg = [("" if ok else MSG_UNMATCHED) + (MSG_WARN if w else "") + (MSG_RG if bad else "")
            for ok, w, bad in zip(matched.tolist(), warn.tolist(), rg_bad.tolist())]
-    styles = None
+    # Result follows the verdict (FAIL and WARN: Warning); the reference's own flag is explained in Err_message
+    flagged_v = j.verdict >= vd.WARN
+    result = [("Warning" if w else "") if ok else NA for w, ok in zip(flagged_v.tolist(), matched.tolist())]
+    ref_styles, ref_msgs = None, None
     if cfg.highlight:
-        styles, msg = _highlight(t, m, tv, summary_cells, diff_cells[0], rg_bad, msg, rel=rels[0])
+        ref_styles, ref_msgs = _highlight(t, m, tv, summary_cells, diff_cells[0], rg_bad, [""] * len(msg), rel=rels[0])
+    ref_flag = warn | (ref_styles > 0 if ref_styles is not None else False)
+    msg = _verdict_notes(msg, j, ref_flag, ref_msgs)
     header += STAT_DIFF + SUMMARY + ["Requires_grad Consistent", "Result", "Err_message"]
     cols += diff_cells + rel_cells + summary_cells + [rg_cells, result, msg]
     names = cols[0]
-    # worst rows: largest relative error among the four statistics
-    worst_rel = np.fmax.reduce(np.vstack(rels), axis=0) if len(names) else np.zeros(0)
-    worst_rel = np.where(np.isnan(worst_rel), -1.0, worst_rel)
-    rep = Report(MODE_STATISTICS, header, cols, styles, names, _take(t.api, m.target), int(matched.sum()))
-    rep.failing = int(warn.sum())
-    rep.worst = _worst(rep, worst_rel, lambda i: f"max relative error {worst_rel[i] * 100:.4g}%")
+    rep = Report(MODE_STATISTICS, header, cols, None, names, _take(t.api, m.target), int(matched.sum()))
+    rep.ref_styles = ref_styles
+    _apply(rep, j, cfg)
     return rep
 
 
@@ -318,9 +384,10 @@ def _md5(cfg: CompareConfig, t: DumpRows, g: DumpRows, m: Matches) -> Report:
     header += ["NPU MD5", "BENCH MD5", "Requires_grad Consistent", "Result"]
     cols += [tm5, gm5, rg_cells, result]
     rep = Report(MODE_MD5, header, cols, None, cols[0], _take(t.api, m.target), int(m.matched.sum()))
-    diff = np.array([r == "Different" for r in result], dtype=bool)
-    rep.failing = int(diff.sum())
-    rep.worst = _worst(rep, diff.astype(float) - (~diff) * 2.0, lambda i: "CRC32 differs")
+    equal = np.array([r == "pass" for r in result], dtype=bool)
+    # Result stays the CRC fact (pass / Different); the verdict judges a difference by the statistics
+    # recorded next to the CRC, and decides colour, summary and advisor
+    _apply(rep, _judge(t, g, m, equal=equal), cfg)
     return rep
 
 
@@ -336,9 +403,15 @@ def _tensor(cfg, t: DumpRows, g: DumpRows, m: Matches, target_json, golden_json,
     metrics: List[Optional[tuple]] = [None] * n
     todo_idx: List[int] = []
     pairs: List[Tuple[str, str]] = []
+    tval = _take(t.value, m.target, fill=NO_VALUE) if t.value else [NO_VALUE] * n
+    gval = _take(g.value, m.golden, fill=NO_VALUE) if g.value else [NO_VALUE] * n
     for i in range(n):
         if not matched[i]:
             metrics[i] = (tm.UNSUPPORTED,) * 6 + (MSG_UNMATCHED,)
+        elif tdn[i] == "-1" and gdn[i] == "-1" and tval[i] is not NO_VALUE and gval[i] is not NO_VALUE:
+            # a non-tensor argument (eps, dim, p, a shape) has no data file: it is compared by value
+            same = tval[i] == gval[i] or (tval[i] != tval[i] and gval[i] != gval[i])
+            metrics[i] = (tm.UNSUPPORTED,) * 6 + (MSG_ARG_EQUAL if same else f"{MSG_ARG_DIFF}{tval[i]!r} vs {gval[i]!r}.",)
         elif tdn[i] == "-1":
             metrics[i] = (tm.UNSUPPORTED,) * 6 + (tm.MSG_NO_NPU_FILE,)
         elif gdn[i] == "-1":
@@ -388,44 +461,35 @@ def _tensor(cfg, t: DumpRows, g: DumpRows, m: Matches, target_json, golden_json,
         if matched[i] and cfg.fuzzy and tnames[i] != gnames[i]:
             text += MSG_FUZZY
         msg.append(text)
-    styles = None
+    max_abs, _ = _number_mask(metric_cols[2])
+    pos_mismatch = np.array([mt[6].find(tm.MSG_NAN_POS) >= 0 for mt in metrics], dtype=bool)
+    j = _judge(t, g, m, rg_bad=rg_bad, max_abs=max_abs, pos_mismatch=pos_mismatch)
+    ref_styles, ref_msgs = None, None
     if cfg.highlight:
-        styles, msg = _highlight(t, m, tv, summary_cells, metric_cols[2], rg_bad, msg,
-                                 one_thousandth=_number_mask(metric_cols[4])[0], cosine=_number_mask(metric_cols[0])[0])
+        ref_styles, ref_msgs = _highlight(t, m, tv, summary_cells, metric_cols[2], rg_bad, [""] * n,
+                                          one_thousandth=_number_mask(metric_cols[4])[0], cosine=_number_mask(metric_cols[0])[0])
+    no = np.array([a == "No" for a in accuracy], dtype=bool)
+    ref_flag = no | (ref_styles > 0 if ref_styles is not None else False)
+    msg = _verdict_notes(msg, j, ref_flag, ref_msgs)
     header += TENSOR_METRICS + SUMMARY + ["Requires_grad Consistent", "Accuracy Reached or Not", "Err_message"]
     cols += metric_cols + summary_cells + [rg_cells, accuracy, msg]
-    rep = Report(MODE_TENSOR, header, cols, styles, tnames, _take(t.api, m.target), int(m.matched.sum()))
-    cos_vals, cos_ok = _number_mask(metric_cols[0])
-    badness = np.where(cos_ok, 1.0 - cos_vals, -1.0)
-    no = np.array([a == "No" for a in accuracy], dtype=bool)
-    badness = np.where(no, badness + 10.0, badness)
-    rep.failing = int(no.sum())
-    rep.worst = _worst(rep, badness, lambda i: f"cosine {metric_cols[0][i]}, max abs err {metric_cols[2][i]}")
+    rep = Report(MODE_TENSOR, header, cols, None, tnames, _take(t.api, m.target), int(m.matched.sum()))
+    rep.ref_styles = ref_styles
+    _apply(rep, j, cfg)
     return rep
 
 
-def _worst(rep: Report, score: np.ndarray, why: Callable[[int], str], k: int = 5) -> List[Tuple[str, str]]:
-    """The k worst APIs (one row each): red rows first, then yellow, then by score."""
-    n = rep.rows
-    if n == 0:
-        return []
-    colour_rank = np.zeros(n)
-    if rep.styles is not None:
-        colour_rank = np.where(rep.styles == hl.RED, 2.0, np.where(rep.styles == hl.YELLOW, 1.0, 0.0))
-        reds = np.nonzero(rep.styles == hl.RED)[0]
-        if len(reds):
-            rep.first_red = (int(reds[0]), rep.names[int(reds[0])])
-    order = np.lexsort((np.arange(n), -score, -colour_rank))
+def _worst(rep: Report, j: vd.Judgement, k: int = 5) -> List[Tuple[str, str]]:
+    """The k worst APIs (one row each): FAIL rows (differing arguments first), then WARN rows, each by scaled
+    error (the statistic's difference over the tensor's magnitude, as the verdict measures it)."""
     out: List[Tuple[str, str]] = []
     seen = set()
-    for i in order.tolist():
-        if score[i] <= 0 and colour_rank[i] == 0:
-            break
+    for i in vd.ranking(j.verdict, j.score, j.is_arg).tolist():
         api = rep.apis[i]
         if api in seen:
             continue
         seen.add(api)
-        out.append((rep.names[i], why(i)))
+        out.append((rep.names[i], f"{vd.NAMES[int(j.verdict[i])]}: {j.why[i]}"))
         if len(out) == k:
             break
     return out

@@ -3,20 +3,32 @@ all derive (docs/compare.md, "Rule set").
 
 Verdicts (int8, ordered by severity):
 
-* ``NOT_COMPARED`` - unmatched row, or nothing comparable (None values, no data file, empty tensor).
-* ``PASS``   - both sides equal (identical -inf/inf/NaN included).
+* ``NOT_COMPARED`` - unmatched row, or nothing comparable (None values, no statistics).
+* ``PASS``   - both sides equal (identical -inf/inf/NaN included: a causal mask is not an error).
 * ``NOISE``  - the sides differ, but no more than the two dtypes' rounding plus the error the API already
                received from its inputs explains.
 * ``WARN``   - differs beyond noise, but the error is inherited from inputs that already differ beyond noise,
-               or the evidence is weak (only one statistic, requires_grad inconsistent, ...).  Yellow.
+               or cannot be attributed (a parameter gradient whose module was not dumped).  Yellow.
 * ``FAIL``   - this row introduces an error: its API's inputs agree within noise and it does not; or NaN/inf
-               on the target side only; or a non-tensor argument (eps, dim, p, a shape) differs.  Red.
+               on the target side only; or a non-tensor argument (eps, dim, p, a shape) differs; or a tensor
+               that differs beyond noise enters the run without a compared producer (the op that made it is
+               unmatched or not dumped), the earliest such one only.  Red.
 
-``Report.verdict`` holds one of these per row, ``Report.why`` a short human reason per row ("" for PASS and
-NOT_COMPARED rows), ``Report.score`` the scaled error used for ranking (see :func:`judge`).
+The error of a tensor row is measured on a scale near-zero statistics cannot blow up (``scaled error``):
+the Max, Min and Mean differences divided by the tensor's magnitude ``max(|max|, |min|)`` over both sides
+(finite values only), and the L2-norm difference divided by the larger norm.  A MaxAbsErr (tensor mode)
+is divided by the same magnitude.  The row's noise unit is the unit roundoff of the lower-precision dtype
+of the two sides (bf16 2^-8, fp16 2^-11, fp32 2^-24, ...).
+
+``Report.verdict`` holds one of these per row, ``Report.why`` a short reason per row ("" for plain PASS and
+NOT_COMPARED rows), ``Report.score`` the scaled error (NaN where none) used for ranking.
+Use :func:`judge` (pure numpy on columns) or read those fields; failing rows are ``verdict == FAIL``.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -28,7 +40,492 @@ FAIL = 4
 
 NAMES = {NOT_COMPARED: "not compared", PASS: "pass", NOISE: "noise", WARN: "warn", FAIL: "fail"}
 
+# ---------------------------------------------------------------------------------------------- thresholds
+# One op's own rounding: an output may differ from the golden by this many units of the lower-precision
+# dtype (in scaled error) without being suspicious.  Rounding the result (1 unit), rounding the operands
+# at the op's input (1-2 units) and statistics computed in the low precision themselves (1 unit) stay
+# below 4 units; on the calibration pairs (2-block transformer, bf16 autocast vs fp32, statistics of
+# every forward, backward and parameter-gradient row) the largest scaled error was 2.2 units.
+K_ROUND = 4.0
+# How much an op may amplify the scaled error it received from its inputs (condition number allowance).
+# Calibration: on the control pair every output stayed below 1.1 x (input error + 1 unit); planted bugs
+# gave 5-14 x (LayerNorm eps 0.1 instead of 1e-5: 0.061 from inputs at 0.0005; scores x1.5: 0.40).
+AMP = 4.0
+# Accumulated rounding: a row that differs by more than its own rounding but no more than this many units
+# and no more than its inputs explain is still NOISE (rounding carried through the network); beyond it,
+# an explained difference is WARN (an inherited error).
+K_ACC = 16.0
+# Never call a difference below 0.5% of a tensor's magnitude a fault, whatever the dtypes: reduced-precision
+# accumulation inside fp32 kernels (TF32/HF32 matmuls, other reduction orders between devices) produces
+# that much.  Such rows are NOISE (below the floor) when their inputs do not explain them.
+MIN_FAIL = 0.005
+# A float argument differing by less than this relative amount was probably computed from a tensor
+# (``x.max().item()``) in a lower precision: WARN instead of FAIL.
+ARG_FLOAT_REL = 2.0 ** -7
+
+# unit roundoff per dtype name (the text after the last '.', lower case; MindSpore names included)
+_UNIT = {
+    "bfloat16": 2.0 ** -8, "float16": 2.0 ** -11, "half": 2.0 ** -11, "float32": 2.0 ** -24, "float": 2.0 ** -24,
+    "float64": 2.0 ** -53, "double": 2.0 ** -53, "complex64": 2.0 ** -24, "complex128": 2.0 ** -53,
+    "float8_e4m3fn": 2.0 ** -4, "float8_e5m2": 2.0 ** -3, "float8_e4m3fnuz": 2.0 ** -4, "float8_e5m2fnuz": 2.0 ** -3,
+    "bf16": 2.0 ** -8, "fp16": 2.0 ** -11, "fp32": 2.0 ** -24,
+}
+_INT_WORDS = ("int", "bool", "uint", "long", "short")
+_DTYPE_LABEL = {2.0 ** -8: "bf16", 2.0 ** -11: "fp16", 2.0 ** -24: "fp32", 2.0 ** -53: "fp64"}
+
+STAT_LABELS = ("Max", "Min", "Mean", "L2 norm", "MaxAbsErr")
+
+# positional parameter names of common APIs, to name a differing argument ("eps" rather than "4")
+ARG_NAMES = {
+    "layer_norm": ("input", "normalized_shape", "weight", "bias", "eps"),
+    "group_norm": ("input", "num_groups", "weight", "bias", "eps"),
+    "batch_norm": ("input", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps"),
+    "instance_norm": ("input", "running_mean", "running_var", "weight", "bias", "use_input_stats", "momentum", "eps"),
+    "rms_norm": ("input", "normalized_shape", "weight", "eps"),
+    "softmax": ("input", "dim", "_stacklevel", "dtype"),
+    "log_softmax": ("input", "dim", "_stacklevel", "dtype"),
+    "dropout": ("input", "p", "training", "inplace"),
+    "gelu": ("input", "approximate"),
+    "leaky_relu": ("input", "negative_slope", "inplace"),
+    "elu": ("input", "alpha", "inplace"),
+    "hardtanh": ("input", "min_val", "max_val", "inplace"),
+    "normalize": ("input", "p", "dim", "eps"),
+    "conv1d": ("input", "weight", "bias", "stride", "padding", "dilation", "groups"),
+    "conv2d": ("input", "weight", "bias", "stride", "padding", "dilation", "groups"),
+    "conv3d": ("input", "weight", "bias", "stride", "padding", "dilation", "groups"),
+    "max_pool2d": ("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices"),
+    "avg_pool2d": ("input", "kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override"),
+    "scaled_dot_product_attention": ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale"),
+    "masked_fill": ("self", "mask", "value"),
+    "transpose": ("self", "dim0", "dim1"),
+    "chunk": ("self", "chunks", "dim"),
+    "split": ("self", "split_size", "dim"),
+    "reshape": ("self", "shape"),
+    "view": ("self", "shape"),
+    "sum": ("self", "dim", "keepdim"),
+    "mean": ("self", "dim", "keepdim"),
+    "pow": ("self", "exponent"),
+    "clamp": ("self", "min", "max"),
+    "cross_entropy": ("input", "target", "weight", "size_average", "ignore_index", "reduce", "reduction", "label_smoothing"),
+}
+
+
+def unit_roundoff(dtypes: Sequence[str]) -> np.ndarray:
+    """Unit roundoff per dtype text (``torch.bfloat16``, ``Float16``, ...); 0 for integer and bool dtypes,
+    NaN for what is not a tensor dtype (``<class 'float'>``, ``torch.Size``, ``None``)."""
+    cache = {}
+    out = np.empty(len(dtypes))
+    for i, d in enumerate(dtypes):  # few distinct dtypes: the cache makes this a dict lookup per row
+        u = cache.get(d)
+        if u is None:
+            u = cache[d] = _unit_of(d)
+        out[i] = u
+    return out
+
+
+def _unit_of(d) -> float:
+    if not isinstance(d, str) or not (d.startswith("torch.") or d.startswith("mindspore.") or d[:1].isupper()
+                                      or d in _UNIT):
+        return float("nan")
+    word = d.rsplit(".", 1)[-1].lower()
+    if word in _UNIT:
+        return _UNIT[word]
+    if word in ("size", "dtype", "device", "none", "processgroup"):
+        return float("nan")
+    if any(word.startswith(w) for w in _INT_WORDS):
+        return 0.0
+    return float("nan")
+
+
+@dataclass
+class Facts:
+    """Columns one verdict needs (all of length n, in report row order).
+
+    t_stats / g_stats: float64 (4, n) arrays of Max, Min, Mean, Norm (NaN where not a number; +-inf kept).
+    t_value / g_value: the recorded value of non-tensor rows (``reader.NO_VALUE`` for tensors); may be None
+    when unknown.  equal: rows known to be bit-identical (md5 equal), or None.  max_abs: tensor-mode MaxAbsErr
+    (NaN where none); pos_mismatch: tensor-mode rows whose inf/NaN positions differ.
+    """
+
+    names: List[str]
+    api: List[str]
+    state: List[str]
+    matched: np.ndarray
+    t_dtype: List[str]
+    g_dtype: List[str]
+    t_stats: np.ndarray
+    g_stats: np.ndarray
+    t_ok: Optional[np.ndarray] = None  # (4, n) bool: the statistic is a number (NaN included)
+    g_ok: Optional[np.ndarray] = None
+    t_value: Optional[list] = None
+    g_value: Optional[list] = None
+    equal: Optional[np.ndarray] = None
+    max_abs: Optional[np.ndarray] = None
+    pos_mismatch: Optional[np.ndarray] = None
+    rg_bad: Optional[np.ndarray] = None
+
+
+@dataclass
+class Judgement:
+    verdict: np.ndarray  # int8
+    why: List[str]
+    score: np.ndarray  # scaled error, NaN where none (args: +inf when they differ)
+    stat: np.ndarray  # int8 index into STAT_LABELS of the statistic that gave the score (-1: none)
+    unit: np.ndarray  # noise unit of the row (unit roundoff of the lower-precision dtype)
+    is_arg: np.ndarray  # bool: non-tensor argument rows
+
+
+def scaled_errors(t: np.ndarray, g: np.ndarray, max_abs: Optional[np.ndarray] = None,
+                  t_ok: Optional[np.ndarray] = None, g_ok: Optional[np.ndarray] = None):
+    """(scaled error per row, index of the statistic giving it, both-sides-identical mask).
+
+    t, g: (4, n) Max/Min/Mean/Norm; t_ok/g_ok: which of them are numbers (NaN included; default: not NaN).
+    A statistic equal on both sides (also +-inf, or NaN on both) counts 0; one finite and one not (or two
+    different infinities) counts +inf; unusable on either side: ignored."""
+    n = t.shape[1]
+    if t_ok is None:
+        t_ok = ~np.isnan(t)
+    if g_ok is None:
+        g_ok = ~np.isnan(g)
+    ok = t_ok & g_ok
+    with np.errstate(all="ignore"):
+        fin_t = np.isfinite(t)
+        fin_g = np.isfinite(g)
+        mags = np.vstack([np.where(fin_t[:2], np.abs(t[:2]), np.nan), np.where(fin_g[:2], np.abs(g[:2]), np.nan)])
+        mag = np.fmax.reduce(mags, axis=0) if n else np.zeros(0)
+        same = (t == g) | (np.isnan(t) & np.isnan(g))
+        both_fin = fin_t & fin_g
+        diff = np.abs(t - g)
+        err = np.full((5, n), np.nan)
+        for k in range(4):
+            scale = mag if k < 3 else np.fmax(np.abs(t[3]), np.abs(g[3]))
+            e = np.where(diff[k] == 0, 0.0, diff[k] / scale)
+            err[k] = np.where(ok[k], np.where(same[k], 0.0, np.where(both_fin[k], e, np.inf)), np.nan)
+        if max_abs is not None:
+            err[4] = np.where(np.isfinite(max_abs), np.where(max_abs == 0, 0.0, max_abs / mag), np.nan)
+        any_ok = ~np.all(np.isnan(err), axis=0)
+        score = np.where(any_ok, np.fmax.reduce(err, axis=0), np.nan) if n else np.zeros(0)
+        filled = np.where(np.isnan(err), -1.0, err)
+        stat = np.where(any_ok, np.argmax(filled, axis=0), -1).astype(np.int8)
+        identical = np.all(same | ~ok, axis=0) & np.any(ok, axis=0)
+    return score, stat, identical
+
+
+def _family_keys(apis: np.ndarray):
+    """Per unique API key: (forward counterpart of a backward key or '', module key of Module.* entries or '')."""
+    fwd = []
+    mod = []
+    for a in apis.tolist():
+        parts = a.split(".")
+        f = ""
+        m = ""
+        if a.startswith("Module.") or a.startswith("Cell."):
+            if parts[-1] == "parameters_grad":
+                m = ".".join(parts[:-1])
+            elif len(parts) > 2 and parts[-2] in ("forward", "backward"):
+                m = ".".join(parts[:-2])
+                if parts[-2] == "backward":
+                    f = ".".join(parts[:-2] + ["forward", parts[-1]])
+        elif parts[-1] == "backward":
+            f = ".".join(parts[:-1] + ["forward"])
+        fwd.append(f)
+        mod.append(m)
+    return fwd, mod
+
+
+def _arg_label(name: str, api: str) -> str:
+    """'eps (position 4)' / 'dim' / '1.0' for an argument row name."""
+    rest = name[len(api):] if name.startswith(api) else name
+    for infix in (".input.", ".output.", ".parameters."):
+        if rest.startswith(infix):
+            rest = rest[len(infix):]
+            break
+    pos = rest.split(".", 1)[0]
+    parts = api.split(".")
+    func = parts[1] if len(parts) > 1 else api
+    names = ARG_NAMES.get(func)
+    if pos.isdigit() and names and int(pos) < len(names) and rest == pos:
+        return f"{names[int(pos)]} (position {pos})"
+    return rest or name
+
+
+def _fmt_value(v) -> str:
+    if isinstance(v, float):
+        return repr(v)
+    text = str(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _pct(x: float) -> str:
+    if x == float("inf"):
+        return "inf"
+    return f"{x * 100:.3g}%"
+
+
+def _dtype_label(u: float, t_dtype: str, g_dtype: str) -> str:
+    lab = _DTYPE_LABEL.get(u)
+    if lab:
+        return lab
+    if u == 0:
+        return "integer"
+    return (t_dtype or "?").rsplit(".", 1)[-1]
+
+
+def judge(f: Facts) -> Judgement:
+    """The verdict of every row (see the module docstring); vectorised except the `why` texts."""
+    n = len(f.names)
+    verdict = np.full(n, NOT_COMPARED, dtype=np.int8)
+    why = [""] * n
+    if n == 0:
+        empty = np.zeros(0)
+        return Judgement(verdict, why, empty, np.zeros(0, np.int8), empty, np.zeros(0, bool))
+    matched = np.asarray(f.matched, dtype=bool)
+    state = np.asarray(f.state, dtype=object)
+    api = np.asarray(f.api, dtype=object)
+    ut = unit_roundoff(f.t_dtype)
+    ug = unit_roundoff(f.g_dtype)
+    unit = np.fmax(ut, ug)
+    is_tensor = ~np.isnan(ut) & ~np.isnan(ug)
+    # --- non-tensor arguments: compared by value
+    is_arg = np.zeros(n, dtype=bool)
+    arg_fail = np.zeros(n, dtype=bool)
+    arg_warn = np.zeros(n, dtype=bool)
+    if f.t_value is not None and f.g_value is not None:
+        from msprobe.core.dump.reader import NO_VALUE
+
+        cand = np.flatnonzero(matched & ~is_tensor)
+        for i in cand.tolist():
+            a, b = f.t_value[i], f.g_value[i]
+            if a is NO_VALUE or b is NO_VALUE:
+                continue
+            is_arg[i] = True
+            if a == b or (a != a and b != b):
+                continue
+            if (isinstance(a, float) and isinstance(b, (int, float)) and not isinstance(b, bool)
+                    and np.isfinite(a) and np.isfinite(b) and abs(a - b) <= ARG_FLOAT_REL * max(abs(a), abs(b))):
+                arg_warn[i] = True
+            else:
+                arg_fail[i] = True
+    # --- tensors: scaled error against the noise unit
+    max_abs = f.max_abs
+    t_ok = ~np.isnan(f.t_stats) if f.t_ok is None else f.t_ok
+    g_ok = ~np.isnan(f.g_stats) if f.g_ok is None else f.g_ok
+    score, stat, identical = scaled_errors(f.t_stats, f.g_stats, max_abs, t_ok, g_ok)
+    if f.equal is not None:
+        eq = np.asarray(f.equal, dtype=bool)
+        score = np.where(eq, 0.0, score)
+        identical = identical | eq
+    if f.pos_mismatch is not None:
+        pm = np.asarray(f.pos_mismatch, dtype=bool)
+        score = np.where(pm, np.inf, score)
+    tens = matched & is_tensor & ~np.isnan(score)
+    # a tensor of a mixed-precision run carries the rounding of the coarsest float dtype computed anywhere
+    # before it (autocast keeps LayerNorm and softmax in fp32, fed by bf16 results): the noise unit of a
+    # row is the larger of its own dtypes' and the run's coarsest float dtype's unit roundoff
+    floats = tens & (unit > 0)
+    run_unit = float(np.max(unit[floats])) if floats.any() else 2.0 ** -24
+    unit = np.where(np.isnan(unit), run_unit, np.where(unit > 0, np.maximum(unit, run_unit), unit))
+    with np.errstate(invalid="ignore"):
+        fin_t = np.all(np.isfinite(f.t_stats[:2]) | ~t_ok[:2], axis=0)
+        fin_g = np.all(np.isfinite(f.g_stats[:2]) | ~g_ok[:2], axis=0)
+    nonfin_t_only = tens & ~fin_t & fin_g
+    if f.pos_mismatch is not None:
+        nonfin_t_only = nonfin_t_only | (tens & pm & ~fin_t)
+    # per API aggregates over tensor rows
+    uniq, inv = np.unique(api, return_inverse=True)
+    n_api = len(uniq)
+    is_in = (state == "input") | (state == "parameters")
+    is_out = (state == "output")
+    is_pg = (state == "parameters_grad")
+    e_in_own = np.full(n_api, np.nan)
+    e_all = np.full(n_api, np.nan)
+    nf_in = np.zeros(n_api, dtype=bool)
+    tin = tens & is_in
+    np.fmax.at(e_in_own, inv[tin], score[tin])
+    np.fmax.at(e_all, inv[tens & (is_in | is_out)], score[tens & (is_in | is_out)])
+    nf_in[inv[nonfin_t_only & is_in]] = True
+    # context of a backward entry: also its forward call; of a parameter gradient: every call of its module
+    fwd_keys, mod_keys = _family_keys(uniq)
+    pos = {a: k for k, a in enumerate(uniq.tolist())}
+    mod_err = {}
+    for k, m in enumerate(mod_keys):
+        if m and uniq[k].rsplit(".", 1)[-1] != "parameters_grad":
+            v = e_all[k]
+            if not np.isnan(v):
+                mod_err[m] = max(mod_err.get(m, 0.0), float(v))
+            else:
+                mod_err.setdefault(m, np.nan)
+    e_ctx = e_in_own.copy()
+    for k, fk in enumerate(fwd_keys):
+        if fk:
+            j = pos.get(fk)
+            if j is not None:
+                e_ctx[k] = np.fmax(e_ctx[k], e_all[j])
+                nf_in[k] = nf_in[k] or nf_in[j]
+        elif mod_keys[k] and uniq[k].rsplit(".", 1)[-1] == "parameters_grad":
+            e_ctx[k] = mod_err.get(mod_keys[k], np.nan)
+    ctx = e_ctx[inv]
+    ctx_nf = nf_in[inv]
+    own_bound = K_ROUND * unit
+    acc_bound = np.maximum(K_ACC * unit, MIN_FAIL)
+    with np.errstate(invalid="ignore"):
+        explained = score <= AMP * np.nan_to_num(ctx, nan=0.0) + own_bound
+        within_own = score <= own_bound
+        within_acc = score <= acc_bound
+        below_floor = score <= MIN_FAIL
+    v = np.full(n, NOT_COMPARED, dtype=np.int8)
+    # outputs (and debug values)
+    outs = tens & ~is_in & ~is_pg
+    v = np.where(outs & within_own, NOISE, v)
+    v = np.where(outs & ~within_own & explained & within_acc, NOISE, v)
+    v = np.where(outs & ~within_own & explained & ~within_acc, WARN, v)
+    v = np.where(outs & ~explained & below_floor, NOISE, v)
+    v = np.where(outs & ~explained & ~below_floor, FAIL, v)
+    # parameter gradients: inputs are the module's forward / backward rows; unknown module -> WARN at most
+    pg = tens & is_pg
+    pg_known = pg & ~np.isnan(ctx)
+    v = np.where(pg & within_own, NOISE, v)
+    v = np.where(pg & ~within_own & (explained | np.isnan(ctx)) & within_acc, NOISE, v)
+    v = np.where(pg & ~within_own & ((explained & pg_known) | (pg & np.isnan(ctx))) & ~within_acc, WARN, v)
+    v = np.where(pg_known & ~explained & below_floor, NOISE, v)
+    v = np.where(pg_known & ~explained & ~below_floor, FAIL, v)
+    # inputs: inherited from whatever produced them; one that differs beyond noise with no compared producer
+    # (the same statistics on both sides as some compared output) is where a difference enters the run
+    ins = tens & is_in
+    v = np.where(ins & (within_own | within_acc), NOISE, v)
+    beyond_in = ins & ~within_acc
+    v = np.where(beyond_in, WARN, v)
+    entering = np.zeros(n, dtype=bool)
+    if beyond_in.any():
+        linked = _linked_inputs(f.t_stats, f.g_stats, is_out & tens, beyond_in)
+        cand = np.flatnonzero(beyond_in & ~linked & ~nonfin_t_only)
+        if len(cand):
+            fail_out = np.flatnonzero(v == FAIL)
+            first = int(cand[0])
+            if not len(fail_out) or fail_out[0] > first:
+                entering = beyond_in & ~linked & (inv == inv[first])
+                v = np.where(entering, FAIL, v)
+    # NaN / inf on the target only
+    v = np.where(nonfin_t_only & ~is_in & ~ctx_nf, FAIL, v)
+    v = np.where(nonfin_t_only & (is_in | ctx_nf), WARN, v)
+    # equal (md5 equal, or every statistic identical)
+    v = np.where(tens & identical & ~nonfin_t_only, PASS, v)
+    # non-tensor arguments
+    v = np.where(is_arg, PASS, v)
+    v = np.where(arg_warn, WARN, v)
+    v = np.where(arg_fail, FAIL, v)
+    v = np.where(matched, v, NOT_COMPARED).astype(np.int8)
+    score = np.where(is_arg, np.where(arg_fail | arg_warn, np.inf, 0.0), score)
+    score = np.where(matched, score, np.nan)
+    # --- reasons (non-PASS rows, plus PASS rows that hold inf/NaN)
+    names = f.names
+    for i in np.flatnonzero(v >= NOISE).tolist():
+        vi = v[i]
+        if is_arg[i]:
+            a, b = f.t_value[i], f.g_value[i]
+            label = _arg_label(names[i], f.api[i])
+            extra = " (slightly: may be computed from a tensor)" if arg_warn[i] else ""
+            why[i] = f"argument {label} differs{extra}: {_fmt_value(a)} vs {_fmt_value(b)}"
+            continue
+        u = float(unit[i])
+        lab = _dtype_label(u, f.t_dtype[i], f.g_dtype[i])
+        s = float(score[i])
+        k = int(stat[i])
+        what = STAT_LABELS[k] if k >= 0 else "value"
+        scale = "relative" if k == 3 else "of magnitude"
+        e_txt = f"{what} differs by {_pct(s)} {scale}"
+        c = float(ctx[i]) if not np.isnan(ctx[i]) else None
+        if nonfin_t_only[i]:
+            t_nf = [STAT_LABELS[j] + " " + repr(float(f.t_stats[j, i])) for j in range(2) if not np.isfinite(f.t_stats[j, i])]
+            why[i] = ("NaN/inf on target only (" + ", ".join(t_nf) + ")" +
+                      ("" if vi == FAIL else ": inherited, its inputs already hold NaN/inf"))
+        elif vi == NOISE:
+            if within_own[i]:
+                why[i] = f"{e_txt}: within {lab} rounding ({_pct(own_bound[i])})"
+            elif below_floor[i] and not explained[i]:
+                why[i] = f"{e_txt}: below the {_pct(MIN_FAIL)} floor of reduced-precision kernels"
+            else:
+                why[i] = f"{e_txt}: within accumulated {lab} rounding ({_pct(acc_bound[i])})"
+        elif vi == WARN:
+            if is_in[i]:
+                why[i] = f"{e_txt}: inherited, the input already differs beyond {lab} rounding"
+            elif c is None:
+                why[i] = f"{e_txt}: beyond {lab} rounding; its module's inputs were not dumped, cannot attribute"
+            else:
+                why[i] = f"{e_txt}: inherited, its inputs already differ by {_pct(c)}"
+        elif vi == FAIL:
+            if entering[i]:
+                why[i] = (f"{e_txt} on an input no compared op produced (beyond {lab} rounding): the op that made "
+                          f"it is unmatched or not dumped")
+            elif c is None or c <= own_bound[i]:
+                why[i] = f"{e_txt} while its inputs agree within {lab} rounding"
+            else:
+                why[i] = f"{e_txt} while its inputs differ by only {_pct(c)}"
+    with np.errstate(invalid="ignore"):
+        pass_nf = np.flatnonzero((v == PASS) & ~(np.all(np.isfinite(f.t_stats), axis=0) | ~tens))
+    for i in pass_nf.tolist():
+        vals = {repr(float(x)) for x in f.t_stats[:, i] if not np.isfinite(x)}
+        why[i] = f"both sides {'/'.join(sorted(vals))}: equal"
+    return Judgement(v, why, score, stat, unit, is_arg)
+
+
+def _linked_inputs(t: np.ndarray, g: np.ndarray, producer: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """rows whose (target, golden) statistics are exactly those of some producer row (an output)."""
+    n = t.shape[1]
+    out = np.zeros(n, dtype=bool)
+    sel = np.flatnonzero(producer | rows)
+    if not len(sel):
+        return out
+    key = np.ascontiguousarray(np.vstack([t[:, sel], g[:, sel]]).T)
+    key = np.where(np.isnan(key), np.nan, key)  # one NaN bit pattern
+    void = key.view(np.dtype((np.void, key.dtype.itemsize * key.shape[1]))).ravel()
+    _, gid = np.unique(void, return_inverse=True)
+    gid = gid.ravel()
+    has_prod = np.zeros(gid.max() + 1, dtype=bool)
+    has_prod[gid[producer[sel]]] = True
+    out[sel] = has_prod[gid] & rows[sel]
+    return out
+
 
 def failing(verdict: np.ndarray) -> np.ndarray:
     """Rows an advisor should consider as failing (verdict == FAIL)."""
     return np.asarray(verdict) == FAIL
+
+
+def counts(verdict: Optional[np.ndarray]) -> dict:
+    """{verdict constant: number of rows}."""
+    if verdict is None:
+        return {k: 0 for k in NAMES}
+    bc = np.bincount(np.asarray(verdict, dtype=np.int64), minlength=len(NAMES))
+    return {k: int(bc[k]) for k in NAMES}
+
+
+def noise_label(unit: np.ndarray, verdict: np.ndarray) -> str:
+    """'bf16' etc.: the coarsest dtype among the compared rows (for 'within bf16 rounding')."""
+    sel = unit[(verdict >= PASS)] if len(unit) else unit
+    if not len(sel):
+        return "dtype"
+    u = float(np.nanmax(sel))
+    return _DTYPE_LABEL.get(u, "dtype")
+
+
+def ranking(verdict: np.ndarray, score: np.ndarray, is_arg: np.ndarray) -> np.ndarray:
+    """Row order for "worst ops": FAIL (differing arguments first) then WARN, each by scaled error, then
+    dump order; only FAIL and WARN rows."""
+    sel = np.flatnonzero(verdict >= WARN)
+    if not len(sel):
+        return sel
+    s = np.nan_to_num(score[sel], nan=0.0, posinf=np.inf)
+    order = np.lexsort((sel, -s, ~is_arg[sel], -verdict[sel]))
+    return sel[order]
+
+
+def stat_text(j: Judgement, i: int) -> str:
+    """'Max differs by 51% of magnitude' for row i (the worst-ops label)."""
+    if j.is_arg[i]:
+        return ""
+    k = int(j.stat[i])
+    s = float(j.score[i])
+    if k < 0 or np.isnan(s):
+        return ""
+    return f"{STAT_LABELS[k]} differs by {_pct(s)} {'relative' if k == 3 else 'of magnitude'}"
