@@ -1,0 +1,12 @@
+"""Fault-injection suite (issue 16): small models with a fault planted at a known op, dumped with
+msprobe's PyTorch PrecisionDebugger (target = faulty run, golden = clean run), plus control pairs
+(low precision against fp32, no fault).
+
+* :mod:`.faultops` - functions recorded as custom APIs (``FaultOps.*``) whose forward or backward can be
+  perturbed without changing the recorded op sequence;
+* :mod:`.models` - a 2-block transformer, a small CNN and a 2-rank MLP, each taking a fault table;
+* :mod:`.cases` - the cases and their expected culprits;
+* :mod:`.generate` - writes every dump pair (``python tests/fault_injection/generate.py OUT``);
+* :mod:`.evaluate` - runs ``msprobe compare -da`` on a pair and reads back what it named, and checks that
+  colours, Result, summary and advisor agree.
+"""

@@ -1,0 +1,65 @@
+"""Ops recorded as custom APIs (``PrecisionDebugger.register_custom_api(faultops, name, "FaultOps")``) whose
+forward output or backward gradient is perturbed by a module-level setting, not by an argument: the target
+and golden runs record the same op sequence with the same arguments, and only the injected op's
+output (forward) or its gradient output (backward) differs.  Ops called inside them are not recorded
+(only the outermost API of a call chain is)."""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch.nn.functional as F
+
+#: per-call settings, set by :func:`active` around one call
+_ACTIVE = {"out_scale": None, "grad_scale": None}
+
+
+@contextlib.contextmanager
+def active(out_scale=None, grad_scale=None):
+    """Perturb the FaultOps call(s) made inside the block: forward output x out_scale, gradient x grad_scale."""
+    old = dict(_ACTIVE)
+    _ACTIVE.update(out_scale=out_scale, grad_scale=grad_scale)
+    try:
+        yield
+    finally:
+        _ACTIVE.update(old)
+
+
+class _GeluScaledGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, scale):
+        ctx.save_for_backward(x)
+        ctx.scale = scale
+        return F.gelu(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        # aten ops: not recorded by the dumper, so the backward adds no rows of its own and the clean and
+        # faulty runs record the same ops
+        (x,) = ctx.saved_tensors
+        grad = torch.ops.aten.gelu_backward.default(g, x)
+        if ctx.scale is not None:
+            grad = torch.ops.aten.mul.Scalar(grad, ctx.scale)
+        return grad, None
+
+
+def gelu(x):
+    """GELU; with ``active(out_scale=s)`` its output is multiplied by s (a perturbed kernel)."""
+    y = _GeluScaledGrad.apply(x, _ACTIVE["grad_scale"])
+    if _ACTIVE["out_scale"] is not None:
+        with torch.no_grad():
+            y.mul_(_ACTIVE["out_scale"])
+    return y
+
+
+def relu(x):
+    """ReLU; with ``active(out_scale=s)`` its output is multiplied by s."""
+    y = F.relu(x)
+    if _ACTIVE["out_scale"] is not None:
+        y = y * _ACTIVE["out_scale"]
+    return y
+
+
+CUSTOM_APIS = ("gelu", "relu")
+PREFIX = "FaultOps"
