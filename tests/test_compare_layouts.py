@@ -7,6 +7,7 @@ import csv
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -183,7 +184,8 @@ def test_debug_json_pair(tmp_path, debug_dumps):
     # rank dirs holding debug.json work too
     out2 = tmp_path / "out2"
     assert main(["compare", "-tp", str(t.parent.parent), "-gp", str(g.parent.parent), "-o", str(out2), "--csv", "-c"]) == 0
-    assert os.listdir(out2)[0].startswith("debug_compare_result_rank_")
+    # a single-process 'rank' dir is named like a file pair (no dangling 'rank_')
+    assert re.match(r"^debug_compare_result_\d{14}\.csv$", os.listdir(out2)[0])
 
 
 def test_debug_json_against_dump_json_is_refused(tmp_path, debug_dumps, capsys):

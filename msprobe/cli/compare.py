@@ -60,6 +60,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="kernel dumps: only these iterations (default all; legacy compare.json: step_id)")
     r = p.add_argument_group("report")
     r.add_argument("--csv", action="store_true", help="write .csv instead of .xlsx (same numbers)")
+    r.add_argument("--xlsx", action="store_true",
+                   help="write .xlsx (the default; accepted for the reference's 26.x command line, whose default is csv)")
     r.add_argument("--no-highlight", dest="no_highlight", action="store_true", help="do not colour suspicious rows")
     r.add_argument("-hl", "--highlight", action="store_true", help="colour suspicious rows (default; accepted for compatibility)")
     r.add_argument("-s", "--stack_mode", action="store_true",
@@ -83,6 +85,44 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="tensor mode: log one line per compared tensor pair")
     x.add_argument("-j", "--jobs", type=int, default=0, help="parallel workers for ranks / tensor files (default: automatic)")
     x.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    ref = p.add_argument_group("reference 26.x options that msprobe refuses with a pointer (docs/compatibility.md)")
+    ref.add_argument("-m", "--mode", default=None, metavar="MODE",
+                     help="only 'auto' (the dump.json compare) is supported; the other modes are other tools")
+    ref.add_argument("--consistent_check", action="store_true", help="veRL train-vs-infer check: not supported")
+    ref.add_argument("--backend", default=None, help="with --consistent_check: not supported")
+    ref.add_argument("--config", dest="tensor_config", default=None, metavar="YAML",
+                     help="tensor post-processing yaml (matmul calibration): not supported")
+
+
+#: the reference's compare modes (-m) other than auto, and what they are
+OTHER_MODES = {
+    "offline_data": "offline model data compare (ATB/CANN dump files)",
+    "torchair": "torchair graph dump compare",
+    "offline_model": "offline .om/.onnx model compare",
+    "atb": "ATB model compare",
+}
+
+
+def check_reference_flags(args) -> None:
+    """The reference's flags msprobe does not implement: one line each, naming what to use instead."""
+    from msprobe.core.errors import MsprobeError
+
+    if args.mode is not None and args.mode != "auto":
+        what = OTHER_MODES.get(args.mode)
+        if what is None:
+            raise MsprobeError(f"-m/--mode {args.mode!r} is not a compare mode; the reference's modes are auto, "
+                               f"{', '.join(OTHER_MODES)}, and msprobe implements auto (the default): drop -m")
+        raise MsprobeError(f"-m/--mode {args.mode} ({what}) is not supported by msprobe; msprobe compares "
+                           f"PrecisionDebugger dumps (-m auto, the default): drop -m")
+    if args.consistent_check or args.backend is not None:
+        raise MsprobeError("--consistent_check/--backend (veRL training-vs-inference consistency check) is not "
+                           "supported by msprobe; compare the two dumps directly with -tp/-gp")
+    if args.tensor_config is not None:
+        raise MsprobeError("--config (tensor post-processing yaml, e.g. matmul calibration) is not supported by "
+                           "msprobe compare; compare the recorded tensors as they are (drop --config), or map "
+                           "rows with -dm/-am/-cm/-lm")
+    if args.xlsx and args.csv:
+        raise MsprobeError("--xlsx and --csv contradict each other; give one (xlsx is the default)")
 
 
 def _legacy_config(path: str):
@@ -146,6 +186,7 @@ def run(args) -> int:
     from msprobe.core.compare.runner import run_compare
     from msprobe.core.errors import MsprobeError
 
+    check_reference_flags(args)
     stack_path = None
     kernel = None
     tensor_log = args.tensor_log

@@ -32,6 +32,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     io.add_argument("-i", "--input_path", help="legacy: compare.json with npu_path[, bench_path]")
     io.add_argument("-o", "--output_path", required=True, help="output directory (created if missing); results are never overwritten")
     io.add_argument("--db", action="store_true", help="write one SQLite .vis.db for the whole run instead of .vis JSON files")
+    io.add_argument("--file_type", choices=("db", "json"), default=None,
+                    help="the reference's 26.x spelling: db = --db (the default of 'graph_visualize'); json (merged "
+                         "dump files of a parallel merge) is not supported")
     m = p.add_argument_group("matching")
     m.add_argument("-fm", "--fuzzy_match", "-f", dest="fuzzy_match", action="store_true",
                    help="fuzzy matching: modules by name and shape, their APIs by name and order inside the module")
@@ -46,6 +49,38 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "for a single graph, N > 1 also splits its writing over N processes (faster, but almost "
                         "twice the memory)")
     x.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    x.add_argument("-tensor_log", "--is_print_compare_log", dest="tensor_log", action="store_true",
+                   help="accepted for the reference's command line; graph logs no per-tensor lines (a warning says so)")
+    ref = p.add_argument_group("reference 26.x options that msprobe refuses with a pointer (docs/compatibility.md)")
+    ref.add_argument("-progress_log", "--is_print_progress_log", dest="progress_log", action="store_true",
+                     help="PROGRESS: {json} lines for the MindStudio front end: not supported")
+    for flag in ("--rank_size", "--tp", "--pp", "--vpp", "--order"):
+        ref.add_argument(flag, nargs="+", default=None, help="parallel merge of rank graphs: not supported")
+
+
+def _check_reference_flags(args) -> None:
+    from msprobe.core.errors import MsprobeError
+
+    merge = [f"--{d}" for d in ("rank_size", "tp", "pp", "vpp", "order") if getattr(args, d, None) is not None]
+    if merge:
+        raise MsprobeError(f"{'/'.join(merge)} (parallel merge of the rank graphs into one graph per parallel group) "
+                           f"is not supported; drop {'them' if len(merge) > 1 else 'it'}: msprobe builds one graph per "
+                           f"rank (-tp STEP_DIR gives all ranks), and compares rank by rank")
+    if args.progress_log:
+        raise MsprobeError("-progress_log (machine-readable PROGRESS lines for the MindStudio front end) is not "
+                           "supported; drop it: progress is shown on the terminal (hide it with -q)")
+    if args.file_type == "json":
+        raise MsprobeError("--file_type json (merged construct/dump/stack.json of a parallel merge) is not supported; "
+                           "use --file_type db (or --db) for one .vis.db, or leave it out for .vis files")
+    if args.file_type == "db":
+        args.db = True
+    elif args.file_type is None and getattr(args, "command", "graph") == "graph_visualize":
+        args.db = True  # the reference's graph_visualize writes .vis.db
+    if args.tensor_log:
+        import logging
+
+        logging.getLogger("msprobe").warning("-tensor_log: msprobe graph logs no per-tensor compare lines (the "
+                                             "graph is the same); msprobe compare -tensor_log prints them")
 
 
 def _legacy(path: str):
@@ -71,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
     from msprobe.core.fileio import check_path
     from msprobe.core.graph.service import GraphConfig, run_graph
 
+    _check_reference_flags(args)
     target, golden = args.target_path, args.golden_path
     if args.input_path:
         if target or golden:

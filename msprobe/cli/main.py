@@ -22,6 +22,8 @@ from msprobe import __version__
 COMMANDS = {
     "compare": ("msprobe.cli.compare", "compare a target dump with a golden dump and write an .xlsx/.csv report"),
     "graph": ("msprobe.cli.graph", "build or compare hierarchical model graphs (.vis / .vis.db) for tb-graph-ascend"),
+    "graph_visualize": ("msprobe.cli.graph", "the reference's 26.x name of 'graph' (its -tp/-gp/-o flags; writes .vis.db "
+                                             "unless --file_type is given)"),
     "merge_result": ("msprobe.cli.merge_result", "gather chosen APIs and compare indexes of every rank's compare report into one .xlsx"),
     "op_generate": ("msprobe.cli.op_generate", "write a standalone script that reproduces one API and judges its precision"),
     "code_mapping": ("msprobe.cli.code_mapping", "link MindSpore static-graph dump files to IR nodes, scopes and source lines (.csv)"),
@@ -75,25 +77,23 @@ def main(argv: Optional[List[str]] = None, exiting: bool = False) -> int:
         parser.print_help()
         return 0
     name = argv[0]
-    module = importlib.import_module(COMMANDS[name][0])
-    parser = argparse.ArgumentParser(
-        prog=f"msprobe {name}", description=module.__doc__.strip().splitlines()[0] if module.__doc__ else None,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=getattr(module, "EPILOG", None),
-    )
-    module.add_arguments(parser)
+    module, parser = command_parser(name)
     args = parser.parse_args(argv[1:])
     args.framework = framework
     args.exiting = exiting
+    args.command = name
     _setup_logging()
     from msprobe.core.errors import MsprobeError
 
+    created = _created_output_dirs(args)
     try:
         return int(module.run(args) or 0)
     except MsprobeError as exc:
+        _remove_if_empty(created)
         print(f"msprobe: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
+        _remove_if_empty(created)
         print("msprobe: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
@@ -102,6 +102,7 @@ def main(argv: Optional[List[str]] = None, exiting: bool = False) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 0
     except Exception as exc:  # noqa: BLE001 - last line of defence: no traceback for users
+        _remove_if_empty(created)
         if os.environ.get("MSPROBE_DEBUG"):
             raise
         print(
@@ -109,6 +110,61 @@ def main(argv: Optional[List[str]] = None, exiting: bool = False) -> int:
             file=sys.stderr,
         )
         return 1
+
+
+def command_parser(name: str):
+    """(module, argparse parser) of one subcommand.  Abbreviated long options are refused
+    (allow_abbrev=False): a prefix such as the reference's ``--config`` must never silently pick one of
+    several options (or one with another meaning); the reference's spellings are declared explicitly."""
+    module = importlib.import_module(COMMANDS[name][0])
+    parser = argparse.ArgumentParser(
+        prog=f"msprobe {name}", description=module.__doc__.strip().splitlines()[0] if module.__doc__ else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=getattr(module, "EPILOG", None),
+        allow_abbrev=False,
+    )
+    module.add_arguments(parser)
+    return module, parser
+
+
+#: the output-directory option of each command (argparse dest)
+OUTPUT_DESTS = ("output_path", "output_dir", "api_output_path", "output")
+
+
+def _created_output_dirs(args) -> List[str]:
+    """The output directory a command may create and the missing levels above it (outermost first):
+    what a failed run may remove again when it left them empty."""
+    out = []
+    for dest in OUTPUT_DESTS:
+        value = getattr(args, dest, None)
+        if not isinstance(value, str) or not value:
+            continue
+        path = os.path.abspath(value)
+        missing = []
+        while path and not os.path.lexists(path):
+            missing.append(path)
+            parent = os.path.dirname(path)
+            if parent == path:
+                break
+            path = parent
+        out.extend(reversed(missing))
+        break
+    return out
+
+
+def _remove_if_empty(created: List[str]) -> None:
+    """A failed run leaves no empty output directory it created (nor empty sub-directories in it)."""
+    if not created:
+        return
+    top = created[0]
+    if not os.path.isdir(top) or os.path.islink(top):
+        return
+    for root, dirs, files in os.walk(top, topdown=False):
+        if not files:
+            try:
+                os.rmdir(root)  # only succeeds when empty
+            except OSError:
+                pass
 
 
 def console_main() -> None:  # pragma: no cover - the installed `msprobe` script

@@ -34,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     help="directory holding compare_result_rank{N}_*.xlsx/.csv reports (the -o of a multi-rank compare)")
     io.add_argument("-o", "--output_dir", required=True,
                     help="output directory, created if missing; results are never overwritten")
-    io.add_argument("-config", "--config-path", "--config_path", dest="config_path", required=True,
+    io.add_argument("-config", "--config-path", "--config_path", "--config", dest="config_path", required=True,
                     help="config.yaml naming the APIs ('api') and compare indexes ('compare_index') to gather")
     x = p.add_argument_group("execution")
     x.add_argument("-j", "--jobs", type=int, default=0, help="processes reading reports (default: one per core)")

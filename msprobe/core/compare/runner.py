@@ -180,7 +180,10 @@ def _plan_pair(t: str, g: str) -> List[RankJob]:
         pairs = [((tmap[k], k), (gmap[k], k)) for k in sorted(tmap)]
     jobs = []
     for (tn, _), (gn, _) in pairs:
-        jobs.append(_pair_job(tn, _dump_json(os.path.join(t, tn), "target"), _dump_json(os.path.join(g, gn), "golden")))
+        # a single-process dump's 'rank' dir (no number) is named like a file pair: compare_result_<ts>,
+        # 'compare:' and 'advisor:' (compare.md §1.5), not compare_result_rank_<ts> as if a number were missing
+        label = None if tn == "rank" and len(pairs) == 1 else tn
+        jobs.append(_pair_job(label, _dump_json(os.path.join(t, tn), "target"), _dump_json(os.path.join(g, gn), "golden")))
     return jobs
 
 
@@ -192,6 +195,8 @@ def _pair_job(label, tj: str, gj: str) -> RankJob:
 
 
 def report_name(label: Optional[str], fmt: str, ts: str, debug: bool = False) -> str:
+    """compare_result[_<rank dir>]_<ts>.<fmt> (debug_ first for debug.json); no rank part for a file pair
+    or a single-process dump."""
     middle = f"_{label}" if label else ""
     return f"{'debug_' if debug else ''}compare_result{middle}_{ts}.{fmt}"
 
