@@ -41,7 +41,7 @@ OK = chain([0.0])  # one clean op before the interesting one
     # (name, target entry, golden entry, failing row, category, reference advice)
     ("computation", "Functional.gelu.0.forward", entry([tensor()], [tensor(1.0, 0.9)]), "Functional.gelu.0.forward.output.0",
      adv.CAT_FORWARD, adv.FORWARD_OUTPUT_SUGGEST),
-    ("input", "Functional.gelu.0.forward", entry([tensor(1.0, 0.9)], [tensor(1.0, 0.9)]), "Functional.gelu.0.forward.input.0",
+    ("input", "Functional.gelu.0.forward", entry([tensor(1.0, 0.9)], [tensor(1.0, 0.8)]), "Functional.gelu.0.forward.input.0",
      adv.CAT_INPUT, adv.FORWARD_INPUT_SUGGEST),
     ("overflow", "Functional.exp.0.forward", entry([tensor()], [tensor(1.0, 0.0, nan=True)]), "Functional.exp.0.forward.output.0",
      adv.CAT_OVERFLOW, adv.FORWARD_OUTPUT_SUGGEST),
@@ -132,18 +132,15 @@ def _fixture_cases():
 
 @pytest.mark.parametrize("case", _fixture_cases() or ["(fixtures absent)"])
 def test_advice_against_the_reference_on_fixtures(tmp_path, capsys, case):
-    """The file keeps the reference's three lines.  With the reference's failing rule (a report without
-    verdicts), msprobe names the reference's row whenever that row is not a parameter gradient, and writes
-    its xlsx row (the reference's 0-based index + 2).  Where the reference names a parameter gradient (it
-    walks the dump order, where G8 puts parameters_grad right after the module's forward), msprobe names
-    the first failing row in execution order instead, never a parameter gradient that ran later."""
-    from msprobe.core.compare.config import CompareConfig
-    from msprobe.core.compare.runner import run_compare
-
+    """The file keeps the reference's three lines (keys and advice texts); Line is the xlsx row the console
+    prints.  The rows differ from the reference's by design: msprobe's failing rows are the verdict's FAIL
+    rows, walked in execution order (the reference names parameter gradients that G8 dumps place right
+    after the module's forward, before the backward that computes them)."""
     fx = fixtures_or_skip() / case
     cj = json.loads((fx / "reference_out" / "_inputs" / "compare_file.json").read_text())
     (ref_file,) = (fx / "reference_out" / "v833_compare_file").glob("advisor_*.txt")
     ref = dict(line.split(": ", 1) for line in ref_file.read_text().splitlines()[:2])
+    assert set(ref) == {"Line", "Suspect Nodes"}
     out = tmp_path / "out"
     code, stdout, err = run(["compare", "-tp", fx / cj["npu_path"], "-gp", fx / cj["bench_path"], "-o", out, "-q"], capsys)
     assert code == 0, err
@@ -154,15 +151,6 @@ def test_advice_against_the_reference_on_fixtures(tmp_path, capsys, case):
     if node != "NA":
         assert lines[2].split(": ", 1)[1] == adv.reference_advice(node).split("\n")[0]
         assert f"(report row {lines[0].split(': ', 1)[1]}," in stdout  # one number in the file and the console
-    # the reference's failing rule, in memory
-    cfg = CompareConfig(target=str(fx / cj["npu_path"]), golden=str(fx / cj["bench_path"]), output_dir=str(tmp_path / "o2"),
-                        progress=False)
-    (res,) = run_compare(cfg)
-    res.report.verdict = None
-    a = adv.advise(res.report)
-    if ref["Suspect Nodes"] == "NA":
-        assert a.line is None
-    elif "parameters_grad" not in ref["Suspect Nodes"]:
-        assert a.node == ref["Suspect Nodes"] and a.report_row == int(ref["Line"]) + 2
-    else:
-        assert "parameters_grad" not in a.node
+    # msprobe never blames a parameter gradient ahead of the backward that computes it
+    if "parameters_grad" in node:
+        assert "parameters_grad" in ref["Suspect Nodes"]  # only where everything before it matches

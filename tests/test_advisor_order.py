@@ -34,9 +34,10 @@ def mix_dump(bad_grad=0.0, bad_gelu=0.0, md5=False):
     right after its forward record, backward records in the order backward ran.  ``bad_grad``: relative
     error of fc1's weight gradient; ``bad_gelu``: of gelu's forward output (and everything after it)."""
     def t(err=0.0, crc="00000000"):
+        rec = tensor(1.0, err)
         if md5:
-            return md5_tensor(crc if err == 0.0 else "deadbeef")
-        return tensor(1.0, err)
+            rec["md5"] = crc if err == 0.0 else "deadbeef"
+        return rec
 
     return {
         "Functional.linear.0.forward": entry([t()], [t()]),
@@ -217,13 +218,21 @@ def test_file_and_console_give_the_row_a_user_sees(tmp_path, capsys, fmt):
 def _mul_case(md5=False, record_mul=True):
     """target: op0 -> Tensor.__mul__ (only in the target) -> softmax; golden: op0 -> softmax."""
     def t(err=0.0, crc="0000000a"):
-        return md5_tensor(crc) if md5 else tensor(1.0, err)
+        rec = tensor(1.0, err)
+        if md5:
+            rec["md5"] = crc
+        return rec
 
-    scaled = md5_tensor("beefbeef") if md5 else tensor(1.0, 0.9)
+    scaled = tensor(1.0, 0.9)  # md5 dumps hold the statistics too
+    if md5:
+        scaled["md5"] = "beefbeef"
     target = {"Functional.op0.0.forward": entry([t()], [t()])}
     if record_mul:
         target["Tensor.__mul__.0.forward"] = entry([t(), {"type": "float", "value": 1.5}], [scaled])
-    target["Functional.softmax.0.forward"] = entry([scaled], [md5_tensor("cafecafe") if md5 else tensor(1.0, 0.3)])
+    out = tensor(1.0, 0.3)
+    if md5:
+        out["md5"] = "cafecafe"
+    target["Functional.softmax.0.forward"] = entry([scaled], [out])
     golden = {"Functional.op0.0.forward": entry([t()], [t()]),
               "Functional.softmax.0.forward": entry([t()], [t(crc="0000000b")])}
     return target, golden
@@ -280,10 +289,12 @@ def test_diff_analyze_on_an_md5_dump_with_bool_arguments(tmp_path, capsys):
     # issue 17: ValueError: 'NPU max' is not in list (phase 1 converted bool cells of statistics columns)
     def md5_dump(bad):
         flag = {"type": "bool", "value": True}
+        out = tensor(1.0, 0.9 if bad else 0.0)
+        out["md5"] = "deadbeef" if bad else "00000003"
         return {"Functional.op0.0.forward": entry([md5_tensor("00000001"), flag], [md5_tensor("00000002")]),
-                "Functional.op1.0.forward": entry([md5_tensor("00000002")], [md5_tensor(bad)])}
+                "Functional.op1.0.forward": entry([md5_tensor("00000002")], [out])}
 
-    t, g = pair(tmp_path, md5_dump("deadbeef"), md5_dump("00000003"))
+    t, g = pair(tmp_path, md5_dump(True), md5_dump(False))
     out = tmp_path / "out"
     code, stdout, err = run(["compare", "-tp", t, "-gp", g, "-o", out, "-q", "-da"], capsys)
     assert code == 0, err
