@@ -861,11 +861,19 @@ def test_norm_of_big_float32_tensor(tmp_path):
     dbg.stop()
     dbg.step()
     d = data(tmp_path)
+    # A float32 reduction of n values depends on the kernel's summation order (CPU, vector width, threads), so
+    # the recorded values are checked against a float64 reference within what float32 rounding explains for n
+    # terms: a relative error of about sqrt(n) * eps for a sum of positive terms (Norm), and sqrt(n) * eps *
+    # mean(|x|) in absolute terms for a signed sum divided by n (Mean), with a factor 4 of margin. Never against
+    # one machine's float32 result.
+    eps = torch.finfo(torch.float32).eps
     for name, t in (("Torch.relu.0.forward", x), ("Torch.relu.1.forward", y)):
         rec = d[name]["input_args"][0]
-        assert rec["Norm"] == pytest.approx(float(torch.linalg.vector_norm(t)), rel=1e-6)
-        assert rec["Mean"] == pytest.approx(float(t.mean()), rel=1e-5, abs=1e-7)
-        assert rec["Max"] == float(t.max()) and rec["Min"] == float(t.min())
+        t64 = t.double()
+        spread = 4 * math.sqrt(t.numel()) * eps
+        assert rec["Norm"] == pytest.approx(float(torch.linalg.vector_norm(t64)), rel=spread)
+        assert rec["Mean"] == pytest.approx(float(t64.mean()), rel=0, abs=spread * float(t64.abs().mean()))
+        assert rec["Max"] == float(t.max()) and rec["Min"] == float(t.min())        # exact: no rounding involved
 
 
 def test_autograd_backward_records_implicit_ones_like(tmp_path):
