@@ -1,4 +1,8 @@
-"""Highlighting rules on small hand-made statistics dumps (compare.md §6)."""
+"""Highlighting on small hand-made statistics dumps.
+
+Colours follow the verdict (docs/compare.md "Rule set": red = FAIL, yellow = WARN); the reference's rules
+(compare.md §6) are still evaluated, into ``Report.ref_styles`` and as notes in Err_message where they
+disagree with the verdict.  These tests check both."""
 
 import json
 
@@ -49,12 +53,17 @@ def test_order_of_magnitude_and_relative_rules(tmp_path):
                "Torch.add.0.forward": {"input_args": [t(1.0)], "output": [t(1.2)]}},
               {"Torch.matmul.0.forward": {"input_args": [t(3.0)], "output": [t(40.0)]},
                "Torch.add.0.forward": {"input_args": [t(1.0)], "output": [t(1.0)]}})
-    styles = rep.styles.tolist()
+    ref = rep.ref_styles.tolist()
     msgs = col(rep, "Err_message")
-    assert styles[1] == hl.RED and hl.MSG_R3_RED in msgs[1] and hl.MSG_R2 not in msgs[1]
+    assert ref[1] == hl.RED and hl.MSG_R3_RED in msgs[1] and hl.MSG_R2 not in msgs[1]
     # add: input identical (rel 0 < 0.01), output rel 0.2 (> 0.1) -> yellow
-    assert styles[3] == hl.YELLOW and msgs[3].endswith(hl.MSG_R3_YELLOW)
-    assert styles[0] == styles[2] == 0
+    assert ref[3] == hl.YELLOW and hl.MSG_R3_YELLOW in msgs[3]
+    assert ref[0] == ref[2] == 0
+    # verdict: the matmul input (no producer, 40% apart) is where the difference enters -> red; the matmul
+    # output only inherits it (60% from inputs 40% apart) -> yellow; add introduces 17% from equal inputs -> red
+    assert rep.styles.tolist() == [hl.RED, hl.YELLOW, 0, hl.RED]
+    assert msgs[3].endswith("fail: Max differs by 16.7% of magnitude while its inputs agree within fp32 rounding")
+    assert col(rep, "Result") == ["Warning", "Warning", "", "Warning"]
 
 
 def test_yellow_order_of_magnitude_alone(tmp_path):
@@ -62,8 +71,12 @@ def test_yellow_order_of_magnitude_alone(tmp_path):
     rep = run(tmp_path,
               {"Torch.mul.0.forward": {"input_args": [t(1002.0)], "output": [t(100050.0)]}},
               {"Torch.mul.0.forward": {"input_args": [t(1000.0)], "output": [t(100000.0)]}})
-    assert rep.styles.tolist() == [0, hl.YELLOW]
-    assert col(rep, "Err_message")[1] == hl.MSG_R2
+    assert rep.ref_styles.tolist() == [0, hl.YELLOW]
+    # 0.05% of magnitude on fp32 data, from inputs 0.2% apart: within noise, so not coloured, and the
+    # reference's rule is explained
+    assert rep.styles.tolist() == [0, 0]
+    msg = col(rep, "Err_message")[1]
+    assert msg.startswith("noise: ") and f"(reference rule: {hl.MSG_R2}; not a fault here)" in msg
 
 
 def test_requires_grad_mismatch_and_unmatched_rows(tmp_path):
@@ -73,7 +86,8 @@ def test_requires_grad_mismatch_and_unmatched_rows(tmp_path):
               {"Torch.exp.0.forward": {"input_args": [t(1.0, rg=False)], "output": [t(2.0)]}})
     msgs = col(rep, "Err_message")
     assert col(rep, "Requires_grad Consistent") == ["False", "True", "N/A", "N/A"]
-    assert msgs[0] == "Requires_grad inconsistent. \n" + hl.MSG_R6
+    assert msgs[0] == ("Requires_grad inconsistent. \n" + hl.MSG_R6 +
+                       "\nwarn: requires_grad differs between target and golden")
     assert rep.styles.tolist() == [hl.YELLOW, 0, 0, 0]
     assert msgs[2] == msgs[3] == "No bench data matched."
     assert col(rep, "Result")[2:] == ["N/A", "N/A"]
@@ -85,8 +99,10 @@ def test_no_highlight(tmp_path):
     rep = run(tmp_path,
               {"Functional.relu.0.forward": {"input_args": [t(1.0)], "output": [t(float("inf"))]}},
               {"Functional.relu.0.forward": {"input_args": [t(1.0)], "output": [t(1.0)]}}, highlight=False)
-    assert rep.styles is None
-    assert col(rep, "Err_message") == ["", "Need double check api accuracy. "]  # no highlight text
+    assert rep.styles is None and rep.ref_styles is None
+    # no colours and no reference-rule text; the verdict is still computed and explained
+    assert col(rep, "Err_message") == ["", "Need double check api accuracy. \nfail: NaN/inf on target only (Max inf, Min -inf)"]
+    assert rep.red == 1 and col(rep, "Result") == ["", "Warning"]
 
 
 def test_shape_and_dtype_unmatch(tmp_path):
@@ -122,7 +138,9 @@ def test_md5_mode(tmp_path):
     assert rep.mode == "md5"
     assert col(rep, "NPU MD5") == ["0000abcd", "83dcefb7", "11112222"]
     assert col(rep, "Result") == ["pass", "pass", "Different"]
-    assert rep.failing == 1 and rep.styles is None
+    # no statistics next to the CRC: a differing output whose inputs are equal is red
+    assert rep.failing == 1 and rep.styles.tolist() == [0, 0, hl.RED]
+    assert rep.why[2] == "CRC32 differs (no statistics recorded) while its inputs agree within fp32 rounding"
 
 
 def test_pairs_cover_every_output_input_combination():

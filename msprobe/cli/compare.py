@@ -292,25 +292,63 @@ def _analysis(results, acfg) -> None:
         print(f"  per-rank diff checks: {', '.join(found.per_rank_files)}", file=out)
 
 
+MOSTLY_UNMATCHED = 0.5  # warn when more than this share of the target rows found no golden row
+
+
 def _summary(results) -> None:
+    """Per report: counts by verdict (red = FAIL, yellow = WARN, see docs/compare.md "Rule set"), the first
+    red row and why, the worst ops, and a warning when most rows found no counterpart."""
     out = sys.stdout
     for res in results:
-        rep = res.report
-        label = " ".join(x for x in (getattr(res, "out_sub", ""), res.label or "") if x)
-        label = f" {label}" if label else ""
-        unmatched = rep.rows - rep.matched
-        print(f"compare{label}: {rep.mode} mode, {rep.rows} rows compared, {rep.matched} matched, {unmatched} unmatched", file=out)
-        fails = {"statistics": "rows need a double check (Result Warning)", "md5": "rows differ (Result Different)",
-                 "tensor": "rows below the accuracy bar (Accuracy No)"}[rep.mode]
-        print(f"  red: {rep.red}  yellow: {rep.yellow}  {rep.failing} {fails}  ({res.seconds:.2f} s)", file=out)
-        if rep.first_red:
-            row, name = rep.first_red
-            print(f"  first red row: {name} (report row {row + 2})", file=out)
-        if rep.worst:
-            print("  worst ops:", file=out)
-            for i, (name, why) in enumerate(rep.worst, 1):
-                print(f"    {i}. {name}: {why}", file=out)
+        for line in summary_lines(res.report, getattr(res, "out_sub", ""), res.label, res.seconds):
+            print(line, file=out)
         print(f"  report: {res.path}", file=out)
+
+
+def summary_lines(rep, out_sub: str = "", label: str = "", seconds: float = 0.0) -> list:
+    """The console summary of one report (without the report path)."""
+    from msprobe.core.compare import verdict as vd
+
+    lines = []
+    tag = " ".join(x for x in (out_sub or "", label or "") if x)
+    tag = f" {tag}" if tag else ""
+    unmatched = rep.rows - rep.matched
+    lines.append(f"compare{tag}: {rep.mode} mode, {rep.rows} rows, {rep.matched} matched, {unmatched} unmatched")
+    if rep.rows and unmatched > MOSTLY_UNMATCHED * rep.rows:
+        lines.append(f"  WARNING: {unmatched} of {rep.rows} target rows ({unmatched / rep.rows:.0%}) have no golden "
+                     f"counterpart: the dumps look like different models, steps or frameworks. Check -tp/-gp; for "
+                     f"renamed APIs or modules try -fm (fuzzy match), -am/-cm (MindSpore vs PyTorch) or -lm (layer mapping)")
+    c = vd.counts(rep.verdict)
+    compared = rep.rows - c[vd.NOT_COMPARED]
+    lines.append(f"  red: {c[vd.FAIL]}  yellow: {c[vd.WARN]}  within noise: {c[vd.NOISE]}  equal: {c[vd.PASS]}  "
+                 f"not compared: {c[vd.NOT_COMPARED]}  ({seconds:.2f} s)")
+    ref = {"statistics": None, "md5": ("rows differ in CRC32 (Result Different)", "Result", "Different"),
+           "tensor": ("rows below the reference's accuracy bar (Accuracy No)", "Accuracy Reached or Not", "No")}[rep.mode]
+    if ref is not None and ref[1] in rep.header:
+        col = rep.columns[rep.header.index(ref[1])]
+        n_ref = sum(1 for x in col if x == ref[2])
+        if n_ref:
+            lines.append(f"  {n_ref} {ref[0]}; the verdict judges them against dtype rounding (see Err_message)"
+                         if rep.mode == "tensor" else f"  {n_ref} {ref[0]}; the verdict judges them by their statistics")
+    lab = vd.noise_label(rep.unit, rep.verdict) if rep.unit is not None and rep.verdict is not None else "dtype"
+    if compared == 0:
+        lines.append("  no row could be compared")
+    elif c[vd.FAIL] == 0 and c[vd.WARN] == 0:
+        lines.append(f"  no culprit: all {compared} compared rows agree within {lab} rounding"
+                     if c[vd.NOISE] else f"  no culprit: all {compared} compared rows are equal")
+    elif c[vd.FAIL] == 0:
+        lines.append(f"  no culprit: no compared row introduces an error beyond {lab} rounding; "
+                     f"{c[vd.WARN]} rows differ beyond it (inherited or not attributable)")
+    if rep.first_red:
+        row, name = rep.first_red
+        why = rep.why[row] if rep.why else ""
+        lines.append(f"  first red row: {name} (report row {row + 2}): {why}")
+    if rep.worst:
+        lines.append("  worst ops (red first, then yellow; error = |target - golden| of the named statistic over the "
+                     "tensor's magnitude max(|max|, |min|), L2 norm relative):")
+        for i, (name, why) in enumerate(rep.worst, 1):
+            lines.append(f"    {i}. {name}: {why}")
+    return lines
 
 
 def _banner() -> None:

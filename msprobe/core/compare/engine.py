@@ -35,7 +35,7 @@ MSG_FUZZY = " Fuzzy matching data, the comparison accuracy may be affected."
 STACK_COL = "NPU_Stack_Info"
 MATCH_COL = "Match"
 MSG_ARG_EQUAL = "Non-tensor argument, compared by value: equal."
-MSG_ARG_DIFF = "Non-tensor argument, compared by value: "
+MSG_ARG_DIFF = "Non-tensor argument, compared by value: differs."
 
 
 @dataclass
@@ -285,9 +285,20 @@ def _stat_arrays(rows: DumpRows, idx: np.ndarray) -> Tuple[np.ndarray, np.ndarra
     if rows.parsed is None:
         rows.parsed = [st.parsed_stats(c) for c in (rows.stat_max, rows.stat_min, rows.stat_mean, rows.stat_norm)]
     vals, oks = [], []
+    raw = (rows.stat_max, rows.stat_min, rows.stat_mean, rows.stat_norm)
     for k in range(4):
         v, ok, _ = _take_parsed(rows.parsed[k], idx)
-        vals.append(np.where(ok, v, np.nan))
+        v = np.where(ok, v, np.nan)
+        # bool tensors record Max = any, Min = all as 'True' / 'False': numbers for the verdict
+        bad = np.flatnonzero(~ok & (idx >= 0))
+        if len(bad):
+            col = raw[k]
+            for i in bad.tolist():
+                x = col[idx[i]]
+                if x == "True" or x == "False":
+                    v[i] = 1.0 if x == "True" else 0.0
+                    ok[i] = True
+        vals.append(v)
         oks.append(ok)
     return np.vstack(vals), np.vstack(oks)
 
@@ -321,7 +332,8 @@ def _styles(verdict: np.ndarray) -> np.ndarray:
     return np.where(verdict == vd.FAIL, hl.RED, np.where(verdict == vd.WARN, hl.YELLOW, hl.NONE)).astype(np.int8)
 
 
-def _verdict_notes(msg: List[str], j: vd.Judgement, flagged: np.ndarray, ref_msgs: Optional[List[str]] = None) -> List[str]:
+def _verdict_notes(msg: List[str], j: vd.Judgement, flagged: np.ndarray, ref_msgs: Optional[List[str]],
+                   ref_reason: str) -> List[str]:
     """Err_message plus our reason: on every FAIL / WARN row, and on rows a reference rule flags (its Result,
     Accuracy or colour) that our verdict clears, so the two never disagree silently."""
     out = list(msg)
@@ -329,10 +341,12 @@ def _verdict_notes(msg: List[str], j: vd.Judgement, flagged: np.ndarray, ref_msg
     note = (v >= vd.WARN) | (flagged & (v >= vd.PASS) & (v <= vd.NOISE))
     for i in np.flatnonzero(note).tolist():
         text = f"{vd.NAMES[int(v[i])]}: {j.why[i] or 'both sides equal'}"
-        if v[i] <= vd.NOISE and ref_msgs is not None and ref_msgs[i]:
+        if v[i] >= vd.WARN and ref_msgs is not None and ref_msgs[i]:
+            text = ref_msgs[i] + "\n" + text  # the reference's rule agrees: keep its message first
+        elif v[i] <= vd.NOISE and ref_msgs is not None and ref_msgs[i]:
             text += f" (reference rule: {ref_msgs[i].splitlines()[0]}; not a fault here)"
         elif v[i] <= vd.NOISE:
-            text += " (the reference's rule flags it; not a fault here)"
+            text += f" ({ref_reason}; not a fault here)"
         out[i] = out[i] + "\n" + text if out[i] else text
     return out
 
@@ -364,7 +378,7 @@ def _statistics(cfg: CompareConfig, t: DumpRows, g: DumpRows, m: Matches) -> Rep
     if cfg.highlight:
         ref_styles, ref_msgs = _highlight(t, m, tv, summary_cells, diff_cells[0], rg_bad, [""] * len(msg), rel=rels[0])
     ref_flag = warn | (ref_styles > 0 if ref_styles is not None else False)
-    msg = _verdict_notes(msg, j, ref_flag, ref_msgs)
+    msg = _verdict_notes(msg, j, ref_flag, ref_msgs, "the reference's check divides a difference by a statistic near zero")
     header += STAT_DIFF + SUMMARY + ["Requires_grad Consistent", "Result", "Err_message"]
     cols += diff_cells + rel_cells + summary_cells + [rg_cells, result, msg]
     names = cols[0]
@@ -411,7 +425,7 @@ def _tensor(cfg, t: DumpRows, g: DumpRows, m: Matches, target_json, golden_json,
         elif tdn[i] == "-1" and gdn[i] == "-1" and tval[i] is not NO_VALUE and gval[i] is not NO_VALUE:
             # a non-tensor argument (eps, dim, p, a shape) has no data file: it is compared by value
             same = tval[i] == gval[i] or (tval[i] != tval[i] and gval[i] != gval[i])
-            metrics[i] = (tm.UNSUPPORTED,) * 6 + (MSG_ARG_EQUAL if same else f"{MSG_ARG_DIFF}{tval[i]!r} vs {gval[i]!r}.",)
+            metrics[i] = (tm.UNSUPPORTED,) * 6 + (MSG_ARG_EQUAL if same else MSG_ARG_DIFF,)
         elif tdn[i] == "-1":
             metrics[i] = (tm.UNSUPPORTED,) * 6 + (tm.MSG_NO_NPU_FILE,)
         elif gdn[i] == "-1":
@@ -470,7 +484,8 @@ def _tensor(cfg, t: DumpRows, g: DumpRows, m: Matches, target_json, golden_json,
                                           one_thousandth=_number_mask(metric_cols[4])[0], cosine=_number_mask(metric_cols[0])[0])
     no = np.array([a == "No" for a in accuracy], dtype=bool)
     ref_flag = no | (ref_styles > 0 if ref_styles is not None else False)
-    msg = _verdict_notes(msg, j, ref_flag, ref_msgs)
+    msg = _verdict_notes(msg, j, ref_flag, ref_msgs,
+                         "the reference's fixed Cosine / MaxAbsErr thresholds do not scale with the tensor or its dtype")
     header += TENSOR_METRICS + SUMMARY + ["Requires_grad Consistent", "Accuracy Reached or Not", "Err_message"]
     cols += metric_cols + summary_cells + [rg_cells, accuracy, msg]
     rep = Report(MODE_TENSOR, header, cols, None, tnames, _take(t.api, m.target), int(m.matched.sum()))

@@ -73,7 +73,8 @@ _UNIT = {
 _INT_WORDS = ("int", "bool", "uint", "long", "short")
 _DTYPE_LABEL = {2.0 ** -8: "bf16", 2.0 ** -11: "fp16", 2.0 ** -24: "fp32", 2.0 ** -53: "fp64"}
 
-STAT_LABELS = ("Max", "Min", "Mean", "L2 norm", "MaxAbsErr")
+STAT_LABELS = ("Max", "Min", "Mean", "L2 norm", "MaxAbsErr", "CRC32")
+CRC = 5  # md5 dumps without statistics: only "the bytes differ" is known
 
 # positional parameter names of common APIs, to name a differing argument ("eps" rather than "4")
 ARG_NAMES = {
@@ -173,6 +174,7 @@ class Judgement:
     stat: np.ndarray  # int8 index into STAT_LABELS of the statistic that gave the score (-1: none)
     unit: np.ndarray  # noise unit of the row (unit roundoff of the lower-precision dtype)
     is_arg: np.ndarray  # bool: non-tensor argument rows
+    by_inputs: Optional[np.ndarray] = None  # bool: score measured against the inputs' magnitude
 
 
 def scaled_errors(t: np.ndarray, g: np.ndarray, max_abs: Optional[np.ndarray] = None,
@@ -208,7 +210,20 @@ def scaled_errors(t: np.ndarray, g: np.ndarray, max_abs: Optional[np.ndarray] = 
         filled = np.where(np.isnan(err), -1.0, err)
         stat = np.where(any_ok, np.argmax(filled, axis=0), -1).astype(np.int8)
         identical = np.all(same | ~ok, axis=0) & np.any(ok, axis=0)
-    return score, stat, identical
+    return score, stat, identical, err, mag
+
+
+def rescaled(err: np.ndarray, mag: np.ndarray, new_mag: np.ndarray):
+    """(score, stat) of the Max/Min/Mean/MaxAbsErr differences measured against another magnitude (the
+    inputs'), for ops whose output is much smaller than what they consume (a sum with cancellation)."""
+    with np.errstate(all="ignore"):
+        sel = np.array([0, 1, 2, 4])
+        e = err[sel]
+        r = np.where((e == 0) | np.isinf(e) | np.isnan(e), e, e * mag / new_mag)
+        any_ok = ~np.all(np.isnan(r), axis=0)
+        score = np.where(any_ok & (new_mag > 0), np.fmax.reduce(r, axis=0), np.nan)
+        stat = sel[np.argmax(np.where(np.isnan(r), -1.0, r), axis=0)].astype(np.int8)
+    return score, stat
 
 
 def _family_keys(apis: np.ndarray):
@@ -310,10 +325,12 @@ def judge(f: Facts) -> Judgement:
     max_abs = f.max_abs
     t_ok = ~np.isnan(f.t_stats) if f.t_ok is None else f.t_ok
     g_ok = ~np.isnan(f.g_stats) if f.g_ok is None else f.g_ok
-    score, stat, identical = scaled_errors(f.t_stats, f.g_stats, max_abs, t_ok, g_ok)
+    score, stat, identical, err, mag = scaled_errors(f.t_stats, f.g_stats, max_abs, t_ok, g_ok)
     if f.equal is not None:
         eq = np.asarray(f.equal, dtype=bool)
-        score = np.where(eq, 0.0, score)
+        crc_only = ~eq & np.isnan(score) & matched & is_tensor
+        score = np.where(eq, 0.0, np.where(crc_only, np.inf, score))
+        stat = np.where(crc_only, CRC, stat).astype(np.int8)
         identical = identical | eq
     if f.pos_mismatch is not None:
         pm = np.asarray(f.pos_mismatch, dtype=bool)
@@ -344,10 +361,13 @@ def judge(f: Facts) -> Judgement:
     np.fmax.at(e_in_own, inv[tin], score[tin])
     np.fmax.at(e_all, inv[tens & (is_in | is_out)], score[tens & (is_in | is_out)])
     nf_in[inv[nonfin_t_only & is_in]] = True
+    mag_in = np.full(n_api, np.nan)
+    np.fmax.at(mag_in, inv[tin], mag[tin])
     # context of a backward entry: also its forward call; of a parameter gradient: every call of its module
     fwd_keys, mod_keys = _family_keys(uniq)
     pos = {a: k for k, a in enumerate(uniq.tolist())}
     mod_err = {}
+    mod_gmag = {}  # magnitude of the gradients a module's backward received
     for k, m in enumerate(mod_keys):
         if m and uniq[k].rsplit(".", 1)[-1] != "parameters_grad":
             v = e_all[k]
@@ -355,6 +375,8 @@ def judge(f: Facts) -> Judgement:
                 mod_err[m] = max(mod_err.get(m, 0.0), float(v))
             else:
                 mod_err.setdefault(m, np.nan)
+            if fwd_keys[k] and not np.isnan(mag_in[k]):
+                mod_gmag[m] = max(mod_gmag.get(m, 0.0), float(mag_in[k]))
     e_ctx = e_in_own.copy()
     for k, fk in enumerate(fwd_keys):
         if fk:
@@ -364,7 +386,16 @@ def judge(f: Facts) -> Judgement:
                 nf_in[k] = nf_in[k] or nf_in[j]
         elif mod_keys[k] and uniq[k].rsplit(".", 1)[-1] == "parameters_grad":
             e_ctx[k] = mod_err.get(mod_keys[k], np.nan)
+            mag_in[k] = mod_gmag.get(mod_keys[k], np.nan)
     ctx = e_ctx[inv]
+    # an output much smaller than what its op consumed (a reduction with cancellation, x - y with x ~ y)
+    # carries the absolute rounding of the inputs: judge its difference against the inputs' magnitude
+    # too and keep the smaller of the two scaled errors
+    judged_out = ~((state == "input") | (state == "parameters"))
+    in_score, in_stat = rescaled(err, mag, mag_in[inv])
+    use_in = judged_out & (in_score < score)
+    score = np.where(use_in, in_score, score)
+    stat = np.where(use_in, in_stat, stat).astype(np.int8)
     ctx_nf = nf_in[inv]
     own_bound = K_ROUND * unit
     acc_bound = np.maximum(K_ACC * unit, MIN_FAIL)
@@ -374,47 +405,64 @@ def judge(f: Facts) -> Judgement:
         within_acc = score <= acc_bound
         below_floor = score <= MIN_FAIL
     v = np.full(n, NOT_COMPARED, dtype=np.int8)
+    # rows whose difference is explained by their inputs but beyond accumulated rounding: WARN when an
+    # error was introduced before them (a FAIL row earlier in the report), else NOISE (rounding carried
+    # through the network: a control pair names nothing)
+    inherited = np.zeros(n, dtype=bool)
     # outputs (and debug values)
     outs = tens & ~is_in & ~is_pg
-    v = np.where(outs & within_own, NOISE, v)
-    v = np.where(outs & ~within_own & explained & within_acc, NOISE, v)
-    v = np.where(outs & ~within_own & explained & ~within_acc, WARN, v)
+    v = np.where(outs & (within_own | (explained & within_acc)), NOISE, v)
+    inherited |= outs & ~within_own & explained & ~within_acc
     v = np.where(outs & ~explained & below_floor, NOISE, v)
     v = np.where(outs & ~explained & ~below_floor, FAIL, v)
-    # parameter gradients: inputs are the module's forward / backward rows; unknown module -> WARN at most
+    # parameter gradients: their inputs are the module's forward / backward rows; a module that was not
+    # dumped leaves them unattributable (WARN at most)
     pg = tens & is_pg
     pg_known = pg & ~np.isnan(ctx)
-    v = np.where(pg & within_own, NOISE, v)
-    v = np.where(pg & ~within_own & (explained | np.isnan(ctx)) & within_acc, NOISE, v)
-    v = np.where(pg & ~within_own & ((explained & pg_known) | (pg & np.isnan(ctx))) & ~within_acc, WARN, v)
+    pg_unknown = pg & np.isnan(ctx)
+    v = np.where(pg & (within_own | within_acc), NOISE, v)
+    inherited |= pg_known & ~within_own & explained & ~within_acc
     v = np.where(pg_known & ~explained & below_floor, NOISE, v)
     v = np.where(pg_known & ~explained & ~below_floor, FAIL, v)
-    # inputs: inherited from whatever produced them; one that differs beyond noise with no compared producer
-    # (the same statistics on both sides as some compared output) is where a difference enters the run
+    v = np.where(pg_unknown & ~within_acc, WARN, v)
+    # inputs: inherited from whatever produced them
     ins = tens & is_in
     v = np.where(ins & (within_own | within_acc), NOISE, v)
     beyond_in = ins & ~within_acc
-    v = np.where(beyond_in, WARN, v)
-    entering = np.zeros(n, dtype=bool)
-    if beyond_in.any():
-        linked = _linked_inputs(f.t_stats, f.g_stats, is_out & tens, beyond_in)
-        cand = np.flatnonzero(beyond_in & ~linked & ~nonfin_t_only)
-        if len(cand):
-            fail_out = np.flatnonzero(v == FAIL)
-            first = int(cand[0])
-            if not len(fail_out) or fail_out[0] > first:
-                entering = beyond_in & ~linked & (inv == inv[first])
-                v = np.where(entering, FAIL, v)
-    # NaN / inf on the target only
+    inherited |= beyond_in
+    # NaN / inf on the target only: red where it appears, yellow where it is passed on
     v = np.where(nonfin_t_only & ~is_in & ~ctx_nf, FAIL, v)
     v = np.where(nonfin_t_only & (is_in | ctx_nf), WARN, v)
-    # equal (md5 equal, or every statistic identical)
-    v = np.where(tens & identical & ~nonfin_t_only, PASS, v)
+    inherited &= ~nonfin_t_only
     # non-tensor arguments
     v = np.where(is_arg, PASS, v)
     v = np.where(arg_warn, WARN, v)
     v = np.where(arg_fail, FAIL, v)
     v = np.where(matched, v, NOT_COMPARED).astype(np.int8)
+    # an input that differs beyond noise although no compared op produced it (no compared output holds the
+    # same statistics on both sides) is where a difference enters the run, when nothing failed before it:
+    # the op that made it is unmatched (target only) or not dumped
+    entering = np.zeros(n, dtype=bool)
+    if beyond_in.any():
+        linked = _linked_inputs(f.t_stats, f.g_stats, is_out & tens, beyond_in)
+        cand = np.flatnonzero(beyond_in & ~linked & ~nonfin_t_only)
+        if len(cand):
+            fails = np.flatnonzero(v == FAIL)
+            first = int(cand[0])
+            if not len(fails) or fails[0] > first:
+                entering = beyond_in & ~linked & (inv == inv[first])
+                v = np.where(entering, FAIL, v)
+                inherited &= ~entering
+    fails = np.flatnonzero(v == FAIL)
+    first_fail = int(fails[0]) if len(fails) else n
+    tainted = np.arange(n) > first_fail
+    v = np.where(inherited & tainted & (v < WARN), WARN, np.where(inherited & ~tainted & (v < WARN), NOISE, v))
+    # equal (md5 equal, or every statistic identical)
+    v = np.where(tens & identical & ~nonfin_t_only & (v < WARN), PASS, v)
+    # requires_grad differs (frozen on one side only): yellow at least, as the reference colours it
+    rg = np.zeros(n, dtype=bool) if f.rg_bad is None else (np.asarray(f.rg_bad, dtype=bool) & matched)
+    rg_warn = rg & (v < WARN)
+    v = np.where(rg_warn, WARN, v).astype(np.int8)
     score = np.where(is_arg, np.where(arg_fail | arg_warn, np.inf, 0.0), score)
     score = np.where(matched, score, np.nan)
     # --- reasons (non-PASS rows, plus PASS rows that hold inf/NaN)
@@ -427,13 +475,16 @@ def judge(f: Facts) -> Judgement:
             extra = " (slightly: may be computed from a tensor)" if arg_warn[i] else ""
             why[i] = f"argument {label} differs{extra}: {_fmt_value(a)} vs {_fmt_value(b)}"
             continue
+        if rg_warn[i] and vi == WARN:
+            why[i] = "requires_grad differs between target and golden"
+            continue
         u = float(unit[i])
         lab = _dtype_label(u, f.t_dtype[i], f.g_dtype[i])
         s = float(score[i])
         k = int(stat[i])
         what = STAT_LABELS[k] if k >= 0 else "value"
-        scale = "relative" if k == 3 else "of magnitude"
-        e_txt = f"{what} differs by {_pct(s)} {scale}"
+        scale = "relative" if k == 3 else ("of its inputs' magnitude" if use_in[i] else "of magnitude")
+        e_txt = f"{what} differs by {_pct(s)} {scale}" if k != CRC else "CRC32 differs (no statistics recorded)"
         c = float(ctx[i]) if not np.isnan(ctx[i]) else None
         if nonfin_t_only[i]:
             t_nf = [STAT_LABELS[j] + " " + repr(float(f.t_stats[j, i])) for j in range(2) if not np.isfinite(f.t_stats[j, i])]
@@ -442,10 +493,15 @@ def judge(f: Facts) -> Judgement:
         elif vi == NOISE:
             if within_own[i]:
                 why[i] = f"{e_txt}: within {lab} rounding ({_pct(own_bound[i])})"
+            elif within_acc[i]:
+                why[i] = f"{e_txt}: within accumulated {lab} rounding ({_pct(acc_bound[i])})"
             elif below_floor[i] and not explained[i]:
                 why[i] = f"{e_txt}: below the {_pct(MIN_FAIL)} floor of reduced-precision kernels"
+            elif is_in[i]:
+                why[i] = f"{e_txt}: {lab} rounding carried from earlier ops (nothing failed before this row)"
             else:
-                why[i] = f"{e_txt}: within accumulated {lab} rounding ({_pct(acc_bound[i])})"
+                why[i] = (f"{e_txt}: explained by its inputs' difference ({_pct(c or 0.0)}) and {lab} rounding "
+                          f"(nothing failed before this row)")
         elif vi == WARN:
             if is_in[i]:
                 why[i] = f"{e_txt}: inherited, the input already differs beyond {lab} rounding"
@@ -466,7 +522,7 @@ def judge(f: Facts) -> Judgement:
     for i in pass_nf.tolist():
         vals = {repr(float(x)) for x in f.t_stats[:, i] if not np.isfinite(x)}
         why[i] = f"both sides {'/'.join(sorted(vals))}: equal"
-    return Judgement(v, why, score, stat, unit, is_arg)
+    return Judgement(v, why, score, stat, unit, is_arg, use_in)
 
 
 def _linked_inputs(t: np.ndarray, g: np.ndarray, producer: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -528,4 +584,6 @@ def stat_text(j: Judgement, i: int) -> str:
     s = float(j.score[i])
     if k < 0 or np.isnan(s):
         return ""
-    return f"{STAT_LABELS[k]} differs by {_pct(s)} {'relative' if k == 3 else 'of magnitude'}"
+    scale = "relative" if k == 3 else ("of its inputs' magnitude" if j.by_inputs is not None and j.by_inputs[i]
+                                        else "of magnitude")
+    return f"{STAT_LABELS[k]} differs by {_pct(s)} {scale}"
