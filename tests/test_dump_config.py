@@ -441,3 +441,109 @@ def test_module_imports_without_torch(tmp_path):
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "statistics"
+
+
+# ------------------------------------------------------------------ issue 16 items 13 and 14 (b, c)
+
+
+def test_truncated_config_names_the_file_and_position_not_a_dump(tmp_path):
+    """A config.json is written by the user: an invalid one is to be corrected (at the JSON error position),
+    not 're-run the dump'."""
+    path = write_cfg(tmp_path, '{"task": "statistics",\n "dump_path": "./d",\n')
+    with pytest.raises(MsprobeError) as exc:
+        load_dump_config(path)
+    msg = str(exc.value)
+    assert path in msg and "line 3 column 1" in msg and "correct the file" in msg
+    assert "re-run the dump" not in msg and "\n" not in msg
+    empty = write_cfg(tmp_path, "", name="empty.json")
+    with pytest.raises(MsprobeError) as exc:
+        load_dump_config(empty)
+    assert "is empty" in str(exc.value) and "re-run the dump" not in str(exc.value)
+
+
+@pytest.mark.parametrize("body,words", [
+    ({"task": "statistics", "dump_pth": "./d"}, ['unknown key "dump_pth"', 'did you mean "dump_path"']),
+    ({"task": "statistics", "dump_path": "./d", "Level": "L1"}, ['did you mean "level"']),
+    ({"task": "statistics", "dump_path": "./d", "statistic": {}}, ['did you mean "statistics"']),
+    ({"task": "statistics", "dump_path": "./d", "statistics": {"summary_mod": "md5"}},
+     ['unknown key "summary_mod" in the "statistics" section', 'did you mean "summary_mode"']),
+    ({"task": "tensor", "dump_path": "./d", "tensor": {"scop": []}}, ['did you mean "scope"']),
+    ({"task": "statistics", "dump_path": "./d", "scope": []}, ['"scope" belongs in the "statistics" section']),
+])
+def test_config_key_typos_get_did_you_mean(tmp_path, body, words):
+    with pytest.raises(MsprobeError) as exc:
+        load_dump_config(write_cfg(tmp_path, body))
+    for w in words:
+        assert w in str(exc.value), (w, str(exc.value))
+
+
+class _Capture:
+    def __init__(self):
+        import logging
+
+        self.records = []
+        self.handler = logging.Handler()
+        self.handler.emit = self.records.append
+        self.logger = logging.getLogger("msprobe")
+
+    def __enter__(self):
+        self.logger.addHandler(self.handler)
+        return self
+
+    def __exit__(self, *exc):
+        self.logger.removeHandler(self.handler)
+
+    def warnings(self):
+        return [r.getMessage() for r in self.records if r.levelname == "WARNING" and "already created" in r.getMessage()]
+
+
+def test_second_debugger_with_other_settings_warns_once(tmp_path):
+    """A second PrecisionDebugger(...) returns the first one; what it asked for differently is named in one
+    warning (with what stays in force), once; the same arguments again warn nothing."""
+    pytest.importorskip("torch")
+    from msprobe.pytorch import PrecisionDebugger
+
+    PrecisionDebugger._reset_for_tests()
+    try:
+        path = cfg(tmp_path, dump_path=str(tmp_path / "d1"))
+        first = PrecisionDebugger(config_path=path)
+        with _Capture() as cap:
+            assert PrecisionDebugger(config_path=path) is first  # same settings: silent
+            assert cap.warnings() == []
+            second = PrecisionDebugger(config_path=path, task="tensor", level="mix", dump_path=str(tmp_path / "d2"))
+            assert second is first
+            again = PrecisionDebugger(config_path=path, task="tensor", level="mix", dump_path=str(tmp_path / "d2"))
+            assert again is first
+        (msg,) = cap.warnings()
+        for w in ("task='tensor'", "level='mix'", "dump_path=", "d2", "ignores",
+                  "In force: task='statistics', level='L1'", str(tmp_path / "d1")):
+            assert w in msg, (w, msg)
+        assert first.config.task == "statistics" and not (tmp_path / "d2").exists()
+    finally:
+        PrecisionDebugger._reset_for_tests()
+
+
+def test_debugger_base_warning_is_framework_free(tmp_path):
+    """The check lives in DebuggerBase, so MindSpore's PrecisionDebugger (same base) warns the same way."""
+    from msprobe.core.dump.debugger_base import DebuggerBase
+
+    class Fake(DebuggerBase):
+        _instance = None
+
+        def __init__(self, config_path=None, task=None, dump_path=None, level=None, step=None):
+            self._init_once(lambda: self._setup(config_path, task, dump_path, level, step),
+                            dict(config_path=config_path, task=task, dump_path=dump_path, level=level, step=step))
+
+        def _setup(self, config_path, task, dump_path, level, step):
+            self.config = load_dump_config(config_path, task=task, dump_path=dump_path, level=level, step=step,
+                                           framework="mindspore")
+
+    path = cfg(tmp_path, dump_path=str(tmp_path / "d1"))
+    first = Fake(config_path=path, step=[0, 1])
+    with _Capture() as cap:
+        assert Fake(config_path=path, step=["0-1"]) is first  # the same steps, written differently
+        assert Fake(config_path=write_cfg(tmp_path, {"task": "tensor", "dump_path": "x"}, "other.json")) is first
+        assert Fake(config_path=path, step=[5]) is first
+    msgs = cap.warnings()
+    assert len(msgs) == 2, msgs
+    assert "other.json" in msgs[0] and "step=[5]" in msgs[1] and "step=[0, 1]" in msgs[1]

@@ -130,7 +130,9 @@ def _legacy_config(path: str):
     from msprobe.core.errors import MsprobeError
     from msprobe.core.fileio import load_json
 
-    obj = load_json(path, "compare.json")
+    obj = load_json(path, "compare.json", remedy="correct the file at that position; it looks like "
+                    '{"npu_path": "...", "bench_path": "...", "stack_path": "...", "is_print_compare_log": true}',
+                    empty_remedy='write {"npu_path": "...", "bench_path": "..."} into it')
     if not isinstance(obj, dict):
         raise MsprobeError(f"compare.json {path} must be a JSON object with npu_path and bench_path")
     for key in ("npu_path", "bench_path"):

@@ -87,7 +87,9 @@ def _legacy(path: str):
     from msprobe.core.errors import MsprobeError
     from msprobe.core.fileio import load_json
 
-    obj = load_json(path, "compare.json")
+    obj = load_json(path, "compare.json", remedy='correct the file at that position; it looks like '
+                    '{"npu_path": "...", "bench_path": "..."}',
+                    empty_remedy='write {"npu_path": "...", "bench_path": "..."} into it')
     if not isinstance(obj, dict):
         raise MsprobeError(f"compare.json {path}: the top level must be an object with npu_path and optionally bench_path")
     npu = obj.get("npu_path")

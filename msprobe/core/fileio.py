@@ -152,8 +152,11 @@ def _loads(data: bytes, keep_markers: bool = False):
     return json.loads(data)
 
 
-def load_json(path: str, what: str, limit: Optional[int] = None, nonfinite_markers: bool = False):
-    """Parse a JSON file with size and memory checks; errors become one clear MsprobeError line."""
+def load_json(path: str, what: str, limit: Optional[int] = None, nonfinite_markers: bool = False,
+              remedy: Optional[str] = None, empty_remedy: Optional[str] = None):
+    """Parse a JSON file with size and memory checks; errors become one clear MsprobeError line.
+    ``remedy`` / ``empty_remedy``: what the user should do with an invalid / empty file (default: re-run
+    the dump, right for files a dump wrote; a config file the user wrote says to fix it)."""
     path = check_path(path, what, "file")
     size = os.path.getsize(path)
     limit = json_size_limit() if limit is None else limit
@@ -170,12 +173,13 @@ def load_json(path: str, what: str, limit: Optional[int] = None, nonfinite_marke
     except OSError as exc:
         raise MsprobeError(f"{what} {path} cannot be read: {exc.strerror}")
     if not data.strip():
-        raise MsprobeError(f"{what} {path} is empty; re-run the dump or pick the right file")
+        raise MsprobeError(f"{what} {path} is empty; {empty_remedy or 're-run the dump or pick the right file'}")
     try:
         return _loads(data, nonfinite_markers)
     except (ValueError, RecursionError) as exc:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise MsprobeError(f"{what} {path} is not valid JSON ({msg}); the file is truncated or damaged: re-run the dump")
+        raise MsprobeError(f"{what} {path} is not valid JSON ({msg}); "
+                           f"{remedy or 'the file is truncated or damaged: re-run the dump'}")
 
 
 def load_dump_json(path: str, what: str = "dump.json", nonfinite_markers: bool = False, chunk: int = 4000):

@@ -27,7 +27,8 @@ class PrecisionDebugger(DebuggerBase):
     _instance = None
 
     def __init__(self, config_path=None, task=None, dump_path=None, level=None, step=None):
-        self._init_once(lambda: self._setup(config_path, task, dump_path, level, step))
+        self._init_once(lambda: self._setup(config_path, task, dump_path, level, step),
+                        dict(config_path=config_path, task=task, dump_path=dump_path, level=level, step=step))
 
     def _setup(self, config_path, task, dump_path, level, step):
         cfg = load_dump_config(config_path, task=task, dump_path=dump_path, level=level, step=step,

@@ -19,7 +19,9 @@ class PrecisionDebugger(DebuggerBase):
     _instance = None
 
     def __init__(self, config_path=None, task=None, dump_path=None, level=None, model=None, step=None):
-        self._init_once(lambda: self._setup(config_path, task, dump_path, level, model, step))
+        self._init_once(lambda: self._setup(config_path, task, dump_path, level, model, step),
+                        dict(config_path=config_path, task=task, dump_path=dump_path, level=level, model=model,
+                             step=step))
 
     def _setup(self, config_path, task, dump_path, level, model, step):
         cfg = load_dump_config(config_path, task=task, dump_path=dump_path, level=level, step=step,

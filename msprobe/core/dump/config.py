@@ -11,6 +11,7 @@ The PyTorch and MindSpore debuggers call :func:`load_dump_config` at constructio
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import os
@@ -258,6 +259,22 @@ def prepare_dump_path(path: str) -> str:
 
 # ---------------------------------------------------------------------------------------------- loading
 
+#: what to do with an empty or invalid config.json (a file the user writes, not one a dump wrote)
+_MINIMAL_CONFIG = '{"task": "statistics", "dump_path": "./dump_path", "level": "L1"}'
+CONFIG_JSON_REMEDY = ("correct the file at that position (usually a missing comma, quote or closing brace); "
+                      "a minimal config is " + _MINIMAL_CONFIG)
+CONFIG_EMPTY_REMEDY = "write the configuration into it, e.g. " + _MINIMAL_CONFIG
+
+
+def _did_you_mean(key: str, allowed) -> str:
+    """' (did you mean "dump_path"?)' for a key close to an allowed one (typos), else ''."""
+    close = difflib.get_close_matches(key, list(allowed), n=1, cutoff=0.6)
+    if not close and isinstance(key, str):  # case or separator slips: "Dump-Path", "summarymode"
+        norm = {a.lower().replace("_", ""): a for a in allowed}
+        hit = norm.get(key.lower().replace("-", "").replace("_", "").replace(" ", ""))
+        close = [hit] if hit else []
+    return f' (did you mean "{close[0]}"?)' if close else ""
+
 def _read_config(config_path) -> tuple:
     if config_path is None:
         path = packaged_config_path()
@@ -269,7 +286,7 @@ def _read_config(config_path) -> tuple:
         raise MsprobeError("config_path is empty; give the path of a config.json or leave it out for the default")
     if not path.lower().endswith(".json"):
         raise MsprobeError(f"config file {path} is not a .json file; give the path of a config.json")
-    data = load_json(path, "config file")
+    data = load_json(path, "config file", remedy=CONFIG_JSON_REMEDY, empty_remedy=CONFIG_EMPTY_REMEDY)
     if not isinstance(data, dict):
         raise MsprobeError(f"config file {path} holds a JSON {type(data).__name__}, not an object; "
                            f'it must look like {{"task": "statistics", "dump_path": "./dump_path", ...}}')
@@ -318,7 +335,8 @@ def _check_section(where: _Where, task: str, section: dict, level: str, framewor
     for key in section:
         if key not in allowed:
             hint = "allowed: " + ", ".join(allowed) if allowed else f"the {task} task takes no options"
-            raise MsprobeError(f'{where.source}: unknown key "{key}" in the "{task}" section; {hint}')
+            raise MsprobeError(f'{where.source}: unknown key "{key}" in the "{task}" section'
+                               f'{_did_you_mean(key, allowed)}; {hint}')
     out: dict = {}
     if "scope" in section:
         out["scope"] = _check_scope(where, section["scope"], level)
@@ -373,7 +391,12 @@ def load_dump_config(config_path=None, *, task=None, dump_path=None, level=None,
 
     for key in data:
         if key not in TOP_LEVEL_KEYS:
-            raise MsprobeError(f'{path}: unknown key "{key}"; allowed top-level keys: ' + ", ".join(TOP_LEVEL_KEYS))
+            hint = _did_you_mean(key, TOP_LEVEL_KEYS)
+            if not hint:  # an option of a task section written at the top level
+                owners = [t for t, keys in TASK_KEYS.items() if key in keys]
+                if owners:
+                    hint = f' ("{key}" belongs in the "{owners[0]}" section)'
+            raise MsprobeError(f'{path}: unknown key "{key}"{hint}; allowed top-level keys: ' + ", ".join(TOP_LEVEL_KEYS))
 
     # task
     task_where = arg_where if task is not None else file_where

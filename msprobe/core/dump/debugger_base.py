@@ -8,6 +8,7 @@ instance behind.  Subclasses implement ``_setup`` (config, framework checks, ``s
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import random
 import threading
@@ -16,6 +17,7 @@ from msprobe.core.dump.config import prepare_dump_path
 from msprobe.core.errors import MsprobeError
 
 LOCK = threading.RLock()
+log = logging.getLogger("msprobe")
 
 
 class DebuggerBase:
@@ -29,10 +31,14 @@ class DebuggerBase:
                 cls._instance = obj
             return cls._instance
 
-    def _init_once(self, setup) -> None:
-        """Run ``setup()`` for the first construction only; a failure leaves no instance behind."""
+    def _init_once(self, setup, requested=None) -> None:
+        """Run ``setup()`` for the first construction only; a failure leaves no instance behind.
+        ``requested``: the arguments of this construction; on a later construction the ones that differ
+        from the instance in force are named in a warning (once per distinct set), since they are ignored."""
         with LOCK:
             if self._ready:
+                if requested:
+                    self._warn_ignored(requested)
                 return
             try:
                 setup()
@@ -40,6 +46,49 @@ class DebuggerBase:
                 type(self)._instance = None
                 raise
             self._ready = True
+
+    def _warn_ignored(self, requested: dict) -> None:
+        cfg = getattr(self, "config", None)
+        if cfg is None:
+            return
+        ignored = []
+        path = requested.get("config_path")
+        if path is not None and (not isinstance(path, (str, os.PathLike))
+                                 or os.path.abspath(os.fspath(path)) != os.path.abspath(cfg.source)):
+            ignored.append(f"config_path={os.fspath(path) if isinstance(path, (str, os.PathLike)) else path!r}")
+        for key, current in (("task", cfg.task), ("level", cfg.level)):
+            value = requested.get(key)
+            if value is not None and value != current:
+                ignored.append(f"{key}={value!r}")
+        dump_path = requested.get("dump_path")
+        if dump_path is not None and (not isinstance(dump_path, str)
+                                      or os.path.abspath(dump_path) != os.path.abspath(cfg.dump_path)):
+            ignored.append(f"dump_path={dump_path!r}")
+        step = requested.get("step")
+        if step is not None:
+            try:
+                from msprobe.core.dump.config import parse_step_or_rank
+
+                same = parse_step_or_rank(step, "step") == tuple(cfg.step)
+            except MsprobeError:
+                same = False
+            if not same:
+                ignored.append(f"step={step!r}")
+        model = requested.get("model")
+        if model is not None and model is not getattr(self, "model", None):
+            ignored.append("model (another object)")
+        if not ignored:
+            return
+        key = tuple(ignored)
+        warned = self.__dict__.setdefault("_warned_ignored", set())
+        if key in warned:
+            return
+        warned.add(key)
+        log.warning(
+            "%s is already created in this process; this %s(...) returns that same instance and ignores %s. "
+            "In force: task=%r, level=%r, dump_path=%r, config %s%s (the first configuration stays for the "
+            "whole process)", type(self).__name__, type(self).__name__, ", ".join(ignored), cfg.task, cfg.level,
+            cfg.dump_path, cfg.source, f", step={list(cfg.step)}" if cfg.step else "")
 
     def _model_for_start(self, model):
         return model

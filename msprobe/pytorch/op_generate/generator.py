@@ -59,7 +59,9 @@ def _int_field(obj: dict, key: str, default: int, where: str, lo: int, hi: Optio
 
 def load_config(config_path: str, output_dir: str) -> OpGenConfig:
     """Read and validate config_op.json; every problem is one MsprobeError line."""
-    obj = load_json(config_path, "config_op.json")
+    obj = load_json(config_path, "config_op.json", remedy="correct the file at that position (see "
+                    "'msprobe op_generate -h' for an example)",
+                    empty_remedy="write the configuration into it (see 'msprobe op_generate -h' for an example)")
     where = f"config_op.json {os.path.abspath(config_path)}"
     if not isinstance(obj, dict):
         raise MsprobeError(f"{where}: the top level must be an object with keys {', '.join(CONFIG_KEYS)}")
@@ -150,6 +152,7 @@ def extract(cfg: OpGenConfig) -> Dict[str, dict]:
     prefix = cfg.api_name + "."
     entries = {k: v for k, v in data.items() if k.startswith(prefix) and k.count(".") == cfg.api_name.count(".") + 1}
     if not entries:
+        _refuse_module_record(cfg, data)
         bare = {k.rsplit(".", 1)[0] for k in data if k.endswith((".forward", ".backward"))}
         close = difflib.get_close_matches(cfg.api_name, sorted(bare), n=3, cutoff=0.6)
         hint = f"; close names: {', '.join(close)}" if close else ""
@@ -159,6 +162,32 @@ def extract(cfg: OpGenConfig) -> Dict[str, dict]:
     entries = {k: _absolute_data_names(v, directory) for k, v in entries.items()}
     _write_extract(cfg.extract_api_path, entries)
     return entries
+
+
+def _refuse_module_record(cfg: OpGenConfig, data: dict) -> None:
+    """A Module/Cell name is in dump.json but is a whole module, not one API: say so, and name the APIs
+    the module called (from construct.json beside dump.json) as what can be reproduced instead."""
+    name = cfg.api_name
+    if name.split(".", 1)[0] not in ("Module", "Cell"):
+        return
+    records = [k for k in data if k == name or k.startswith(name + ".")]
+    if not records:
+        return
+    inside: List[str] = []
+    construct = os.path.join(os.path.dirname(os.path.abspath(cfg.dump_json_path)), "construct.json")
+    if os.path.isfile(construct):
+        try:
+            parents = load_json(construct, "construct.json")
+        except MsprobeError:
+            parents = None
+        if isinstance(parents, dict):
+            wanted = set(records)
+            inside = [k.rsplit(".", 1)[0] for k, parent in parents.items()
+                      if parent in wanted and k.split(".", 1)[0] in API_KINDS]
+    hint = (f"; APIs it called: {', '.join(dict.fromkeys(inside[:5]))}" if inside
+            else "; pick an API it called (construct.json names them)")
+    raise MsprobeError(f"'{name}' is a module record in dump.json {cfg.dump_json_path} ({records[0]}), not an "
+                       f"API; op_generate reproduces single APIs ({', '.join(k + '.*' for k in API_KINDS)}){hint}")
 
 
 def _write_extract(path: str, entries: Dict[str, dict]) -> None:
