@@ -432,14 +432,62 @@ def test_bad_no_rank_reports(tmp_path, capsys):
     d.mkdir()
     (d / "readme.txt").write_text("x")
     rc, out, err = cli(["merge_result", "-i", d, "-o", tmp_path / "o", "-config", _ok_config(tmp_path)], capsys)
-    assert_one_line_error(rc, err, "no rank compare reports", str(d))
+    assert_one_line_error(rc, err, "no compare reports", str(d))
     assert not (tmp_path / "o").exists()
 
 
-def test_bad_single_rank_report(tmp_path, capsys):
+def test_one_rank_report_is_merged(tmp_path, capsys):
+    # used to be refused ("only one rank report"): one rank column is still a useful table of chosen APIs
     d = make_stat_dir(tmp_path / "in", ranks=(3,))
-    rc, out, err = cli(["merge_result", "-i", d, "-o", tmp_path / "o", "-config", _ok_config(tmp_path)], capsys)
-    assert_one_line_error(rc, err, "only one rank report", "compare_result_rank3_")
+    rc, out, err = cli(["merge_result", "-i", d, "-o", tmp_path / "o", "-config", _ok_config(tmp_path), "-q"], capsys)
+    assert rc == 0, err
+    assert "reports of 1 rank (rank3)" in out
+    [path] = glob.glob(str(tmp_path / "o" / "multi_ranks_compare_merge_*.xlsx"))
+    assert load_book(path)["Max diff"][0] == ["NPU Name", "rank3"]
+
+
+@pytest.mark.parametrize("name", [f"compare_result_{TS}.xlsx", f"compare_result_rank_{TS}.csv"])
+def test_single_process_report_is_merged_as_rank0(tmp_path, capsys, name):
+    """A single-process compare (a dump.json pair, or one unnumbered 'rank' dir) names its report without a
+    rank number; merge_result takes it as rank 0 and says so (it used to find 'no rank compare reports')."""
+    d = tmp_path / "in"
+    d.mkdir()
+    write_report(d / name, STAT_HEADER, stat_rows(0), "csv" if name.endswith(".csv") else "xlsx")
+    (d / f"advisor_{TS}.txt").write_text("advice")
+    rc, out, err = cli(["merge_result", "-i", d, "-o", tmp_path / "o", "-config", _ok_config(tmp_path), "-q"], capsys)
+    assert rc == 0, err
+    assert "single-process compare (merged as rank0)" in out
+    assert name in err and "rank0" in err            # the INFO line names the file and the rank it stands for
+    [path] = glob.glob(str(tmp_path / "o" / "multi_ranks_compare_merge_*.xlsx"))
+    sheet = load_book(path)["Max diff"]
+    assert sheet[0] == ["NPU Name", "rank0"]
+    assert sheet[1] == ["Distributed.all_reduce.0.forward.input.0", pytest.approx(0.2)]
+
+
+def test_single_process_compare_then_merge(tmp_path, capsys, fixtures):
+    """End to end: `msprobe compare` of one dump.json pair, then merge_result on its output directory."""
+    case = fixtures / "mlp_bf16_stat_mix"
+    rc = main(["compare", "-tp", str(case / "target" / "step0" / "rank" / "dump.json"),
+               "-gp", str(case / "golden" / "step0" / "rank" / "dump.json"), "-o", str(tmp_path / "cmp"), "-c"])
+    assert rc == 0
+    capsys.readouterr()
+    cfg = write_config(tmp_path / "c.yaml", "api:\n- Functional.linear\ncompare_index:\n- Max diff\n")
+    rc, out, err = cli(["merge_result", "-i", tmp_path / "cmp", "-o", tmp_path / "o", "-config", cfg, "-q"], capsys)
+    assert rc == 0, err
+    assert "merged as rank0" in out
+    [path] = glob.glob(str(tmp_path / "o" / "multi_ranks_compare_merge_*.xlsx"))
+    sheet = load_book(path)["Max diff"]
+    assert sheet[0] == ["NPU Name", "rank0"] and len(sheet) > 1
+    assert all(r[0].startswith("Functional.linear.") for r in sheet[1:])
+
+
+def test_single_process_report_beside_rank_reports_is_skipped(tmp_path, caplog):
+    d = make_stat_dir(tmp_path / "in")
+    write_report(d / f"compare_result_{TS}.xlsx", STAT_HEADER, stat_rows(7))
+    with caplog.at_level(logging.WARNING, logger="msprobe"):
+        res = merge(tmp_path, d)
+    assert "skipping single-process report(s) compare_result_" in caplog.text
+    assert res.ranks == [0, 1] and not res.single
 
 
 def test_bad_input_dir_missing(tmp_path, capsys):

@@ -31,7 +31,8 @@ examples:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     io = p.add_argument_group("inputs and output")
     io.add_argument("-i", "--input_dir", required=True,
-                    help="directory holding compare_result_rank{N}_*.xlsx/.csv reports (the -o of a multi-rank compare)")
+                    help="directory holding compare_result_rank{N}_*.xlsx/.csv reports (the -o of a multi-rank compare), "
+                         "or the compare_result_<ts> report of a single-process compare (merged as rank0)")
     io.add_argument("-o", "--output_dir", required=True,
                     help="output directory, created if missing; results are never overwritten")
     io.add_argument("-config", "--config-path", "--config_path", "--config", dest="config_path", required=True,
@@ -74,7 +75,9 @@ def run(args) -> int:
         if bar is not None:
             bar.close()
     ranks = ", ".join(f"rank{r}" for r in res.ranks[:8]) + (f" ... rank{res.ranks[-1]}" if len(res.ranks) > 8 else "")
-    print(f"merge_result: {res.mode} reports of {len(res.ranks)} ranks ({ranks}), {res.rows} rows, "
+    what = (f"the {res.mode} report of a single-process compare (merged as rank{res.ranks[0]})" if res.single
+            else f"{res.mode} reports of {len(res.ranks)} rank{'s' if len(res.ranks) != 1 else ''} ({ranks})")
+    print(f"merge_result: {what}, {res.rows} rows, "
           f"{len(res.indexes)} sheets ({', '.join(res.indexes)}) in {res.seconds:.2f} s")
     print(f"written: {res.path}")
     return 0

@@ -41,6 +41,7 @@ class MergeResult:
     indexes: List[str]
     rows: int
     seconds: float
+    single: bool = False  # the input was the report of a single-process compare, merged as rank 0
 
 
 def _timestamp() -> str:
@@ -53,12 +54,15 @@ def _plan(cfg: MergeConfig):
     files = find_rank_reports(input_dir)
     if not files:
         raise MsprobeError(
-            f"no rank compare reports (compare_result_rank{{N}}_{{timestamp}}.xlsx or .csv) in {input_dir}; "
-            "run msprobe compare on the step directories of a multi-rank run and pass its output directory as -i")
-    if len(files) == 1:
-        raise MsprobeError(
-            f"only one rank report in {input_dir} ({os.path.basename(files[0].path)}): nothing to merge; "
-            "merge_result needs the reports of two or more ranks")
+            f"no compare reports (compare_result_rank{{N}}_{{timestamp}}.xlsx or .csv, or the "
+            f"compare_result_{{timestamp}} report of a single-process compare) in {input_dir}; pass the output "
+            "directory of msprobe compare as -i")
+    if files[0].single:
+        log.info("merging the single-process report %s as rank%d (its name has no rank number)",
+                 os.path.basename(files[0].path), files[0].rank)
+    elif len(files) == 1:
+        log.info("one rank report in %s (%s): the merged workbook has one rank column", input_dir,
+                 os.path.basename(files[0].path))
     by_mode: Dict[str, List[RankFile]] = {}
     headers = {}
     for f in files:
@@ -189,4 +193,5 @@ def run_merge(cfg: MergeConfig, progress: Optional[Callable[[int, int], None]] =
     from msprobe.core.merge.xlsxout import write_sheets
 
     written = atomic_write(target, lambda tmp: write_sheets(tmp, book))
-    return MergeResult(written, mode, [rd.rank for rd in ranks], indexes, len(names), time.perf_counter() - start)
+    return MergeResult(written, mode, [rd.rank for rd in ranks], indexes, len(names), time.perf_counter() - start,
+                       single=files[0].single)

@@ -40,7 +40,9 @@ MAX_REPORT_BYTES = 1024 ** 3
 RANK_RE = re.compile(r"^compare_result_rank(\d+)(?:-rank\1)?_(\d{14})(?:_(\d+))?\.(xlsx|csv)$")
 #: other files compare writes next to its reports (advisor, first-divergence analysis): skipped quietly
 COMPANION_RE = re.compile(r"^(?:advisor|diff_analyze|compare_result)[\w.-]*\.(?:txt|json)$")
-SINGLE_RE = re.compile(r"^compare_result_(?:rank_|rank-rank_)?\d{14}(?:_\d+)?\.(?:xlsx|csv)$")
+#: the report of a single-process compare (a dump.json pair or one unnumbered 'rank' dir): no rank number
+SINGLE_RE = re.compile(r"^compare_result_(?:rank_|rank-rank_)?(\d{14})(?:_(\d+))?\.(xlsx|csv)$")
+SINGLE_RANK = 0  # the rank a single-process report is merged as (the -da analysis numbers it 0 too)
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,7 @@ class RankFile:
     path: str
     fmt: str  # "xlsx" or "csv"
     stamp: Tuple[str, int, int]  # (timestamp, numbered copy, xlsx first) for picking the newest
+    single: bool = False  # a single-process report (no rank number in its name), merged as rank 0
 
 
 @dataclass
@@ -84,13 +87,18 @@ def find_rank_reports(input_dir: str) -> List[RankFile]:
             fmt = m.group(4)
             stamp = (m.group(2), int(m.group(3) or 0), 1 if fmt == "xlsx" else 0)
             by_rank.setdefault(rank, []).append(RankFile(rank, full, fmt, stamp))
-        elif SINGLE_RE.match(name):
-            single.append(name)
+        elif SINGLE_RE.match(name) and os.path.isfile(full):
+            m = SINGLE_RE.match(name)
+            single.append(RankFile(SINGLE_RANK, full, m.group(3), (m.group(1), int(m.group(2) or 0),
+                                                                    1 if m.group(3) == "xlsx" else 0), True))
         elif name.endswith((".xlsx", ".csv")) or not (name.startswith(".") or COMPANION_RE.match(name)):
             unrelated.append(name)
-    if single:
-        log.warning("skipping single-rank report(s) %s: only compare_result_rank{N}_* reports are merged",
-                    _short_list(single))
+    if single and by_rank:
+        log.warning("skipping single-process report(s) %s: the directory also holds rank reports "
+                    "(compare_result_rank{N}_*), which are merged", _short_list([os.path.basename(f.path) for f in single]))
+    elif single:
+        # the report of a single-process compare (no rank number in its name) is merged as rank 0
+        by_rank[SINGLE_RANK] = single
     if unrelated:
         log.warning("ignoring %d file(s) in %s that are not rank compare reports: %s",
                     len(unrelated), input_dir, _short_list(unrelated))
@@ -98,7 +106,8 @@ def find_rank_reports(input_dir: str) -> List[RankFile]:
     for rank in sorted(by_rank):
         files = sorted(by_rank[rank], key=lambda f: f.stamp)
         if len(files) > 1:
-            log.warning("rank%d has %d reports in %s; merging the newest, %s, and ignoring %s", rank, len(files),
+            log.warning("%s has %d reports in %s; merging the newest, %s, and ignoring %s",
+                        "the single-process compare" if files[-1].single else f"rank{rank}", len(files),
                         input_dir, os.path.basename(files[-1].path),
                         _short_list([os.path.basename(f.path) for f in files[:-1]]))
         chosen.append(files[-1])
