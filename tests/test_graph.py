@@ -293,6 +293,20 @@ def test_legacy_syntax_and_fuzzy_flag(tmp_path, capsys):
     assert "compare_" in out and "matched pairs (summary)" in out
 
 
+@pytest.mark.parametrize("extra", [[], ["-o"]])
+def test_output_defaults_to_dot_output_like_compare(tmp_path, capsys, monkeypatch, extra):
+    """graph used to require -o; like compare it now writes to ./output when -o is left out (or bare)."""
+    c, d, s = small_model()
+    t = write_dump(str(tmp_path / "t"), c, d, s)
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    assert main(["graph", "-tp", t, "-q", *extra]) == 0
+    written = glob.glob(str(work / "output" / "build_*.vis"))
+    assert len(written) == 1
+    assert "written: " in capsys.readouterr().out
+
+
 # ---------------------------------------------------------------------------------------------- bad input
 
 

@@ -30,7 +30,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     io.add_argument("-tp", "--target_path", help="target (NPU) dump: rank dir, step dir or dump dir")
     io.add_argument("-gp", "--golden_path", help="golden (bench) dump, same layout as -tp; omit to only build")
     io.add_argument("-i", "--input_path", help="legacy: compare.json with npu_path[, bench_path]")
-    io.add_argument("-o", "--output_path", required=True, help="output directory (created if missing); results are never overwritten")
+    io.add_argument("-o", "--output_path", nargs="?", const="./output", default="./output",
+                    help="output directory, created if missing (default ./output, as compare); results are never overwritten")
     io.add_argument("--db", action="store_true", help="write one SQLite .vis.db for the whole run instead of .vis JSON files")
     io.add_argument("--file_type", choices=("db", "json"), default=None,
                     help="the reference's 26.x spelling: db = --db (the default of 'graph_visualize'); json (merged "
@@ -124,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     if args.layer_mapping:
         check_path(args.layer_mapping, "layer-mapping yaml", "file")
     cfg = GraphConfig(
-        target=target, golden=golden or None, output=args.output_path, layer_mapping=args.layer_mapping,
+        target=target, golden=golden or None, output=args.output_path or "./output", layer_mapping=args.layer_mapping,
         overflow_check=args.overflow_check, fuzzy=args.fuzzy_match, complete_stack=args.complete_stack,
         db=args.db, jobs=args.jobs, framework=getattr(args, "framework", None),
     )
