@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -666,3 +667,96 @@ def test_target_not_a_json_file(stat_pair, tmp_path):
     txt.write_text((t / "dump.json").read_text())
     res, out = compare_files(tmp_path, txt, g / "dump.json")
     assert_user_error(res, out, txt, ".json")
+
+
+# --------------------------------------------------------------------------------------------- issue 16, item 14
+
+
+@pytest.fixture(scope="module")
+def example_pair(tmp_path_factory):
+    """The bundled example dump pair (no reference fixtures needed)."""
+    out = tmp_path_factory.mktemp("example")
+    subprocess.run([sys.executable, str(REPO / "examples" / "make_example_dumps.py"), str(out)], check=True,
+                   capture_output=True, timeout=120)
+    return out / "target" / "step0" / "rank0", out / "golden" / "step0" / "rank0"
+
+
+def _main(argv, capsys):
+    from msprobe.cli.main import main
+
+    rc = main([str(a) for a in argv])
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
+def _failing_runs(tmp_path, t, g, out):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "dump.json").write_text((t / "dump.json").read_text()[:300])  # truncated
+    (tmp_path / "c.yaml").write_text("api: [Functional.relu]\n")
+    (tmp_path / "emptyin").mkdir()
+    (tmp_path / "op.json").write_text(json.dumps({"dump_json_path": str(t / "dump.json"), "api_name": "Functional.nope.0",
+                                                  "extract_api_path": str(tmp_path / "ex" / "x.json")}))
+    (tmp_path / "g.ir").write_text("not an IR\n")
+    return {
+        "compare": ["compare", "-tp", bad / "dump.json", "-gp", g / "dump.json", "-o", out, "-q"],
+        "graph": ["graph", "-tp", bad, "-o", out, "-q"],
+        "merge_result": ["merge_result", "-i", tmp_path / "emptyin", "-o", out, "-config", tmp_path / "c.yaml", "-q"],
+        "op_generate": ["op_generate", "-i", tmp_path / "op.json", "-o", out],
+        "code_mapping": ["code_mapping", "--ir", tmp_path / "g.ir", "--dump_data", bad, "--output", out],
+    }
+
+
+@pytest.mark.parametrize("command", ["compare", "graph", "merge_result", "op_generate", "code_mapping"])
+def test_failed_run_leaves_no_empty_output_dir(example_pair, tmp_path, capsys, command):
+    """A refused run removes the (empty) output directory it created, and the missing levels above it; an
+    output directory that existed before is left alone."""
+    t, g = example_pair
+    out = tmp_path / "new" / "out"
+    argv = _failing_runs(tmp_path, t, g, out)[command]
+    rc, _, err = _main(argv, capsys)
+    assert rc == 2 and err.startswith("msprobe: error: "), err
+    assert not (tmp_path / "new").exists()
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    argv = [existing if a == out else a for a in argv]
+    assert _main(argv, capsys)[0] == 2
+    assert existing.is_dir() and not os.listdir(existing)
+
+
+def test_single_process_rank_dir_is_named_like_a_file_pair(example_pair, tmp_path, capsys):
+    """A single-process dump's 'rank' dir (no number) gives compare_result_<ts> and 'compare:' lines, as a
+    pair of dump.json files does (compare.md §1.5), not compare_result_rank_<ts> / 'compare rank:'."""
+    t, g = example_pair
+    for side, src in (("t", t), ("g", g)):
+        shutil.copytree(src, tmp_path / side / "step0" / "rank")
+    out = tmp_path / "out"
+    rc, stdout, err = _main(["compare", "-tp", tmp_path / "t" / "step0", "-gp", tmp_path / "g" / "step0", "-o", out,
+                             "-q"], capsys)
+    assert rc == 0, err
+    names = sorted(os.listdir(out))
+    reports = [n for n in names if n.startswith("compare_result")]
+    assert len(reports) == 1 and re.fullmatch(r"compare_result_\d{14}\.xlsx", reports[0]), names
+    assert not [n for n in names if "rank" in n], names
+    assert "compare:" in stdout and "compare rank:" not in stdout and "advisor rank" not in stdout
+
+
+def test_op_generate_module_entry_is_named_a_module_record(example_pair, tmp_path, capsys):
+    t, _ = example_pair
+    cfg = tmp_path / "op.json"
+    cfg.write_text(json.dumps({"dump_json_path": str(t / "dump.json"), "api_name": "Module.fc1.Linear.forward.0",
+                               "extract_api_path": str(tmp_path / "x.json")}))
+    rc, _, err = _main(["op_generate", "-i", cfg, "-o", tmp_path / "out"], capsys)
+    assert rc == 2
+    (line,) = err.strip().splitlines()
+    assert "is a module record" in line and "not in dump.json" not in line
+    assert "single APIs" in line and "Functional.linear.0" in line  # the API the module called
+    assert not (tmp_path / "out").exists()
+
+
+def test_truncated_compare_json_is_to_be_corrected(tmp_path, capsys):
+    cj = tmp_path / "compare.json"
+    cj.write_text('{"npu_path": "a/dump.json",\n "bench_path": ')
+    rc, _, err = _main(["compare", "-i", cj, "-o", tmp_path / "o"], capsys)
+    assert rc == 2
+    assert "line 2 column" in err and "correct the file" in err and "re-run the dump" not in err
