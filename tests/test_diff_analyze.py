@@ -98,9 +98,10 @@ def test_fixture_first_divergence_matches_reference(tmp_path, capsys):
         assert item["NPU P2POp peer"] == "None" and item["Requires_grad Consistent"] is True
         assert isinstance(item["NPU_Stack_Info"], list)
     assert p.read_text().startswith('{\n    "Functional.linear.0.forward": {\n        "is_same": true,')
-    # suspects by growth: backward linears (the bf16 forward's saved activations make their grads differ)
-    assert suspects["ranks"]["rank_0"][0]["op_name"] == "Functional.linear.1.backward"
-    assert suspects["ranks"]["rank_1"][0]["op_name"] == "Functional.linear.0.backward"
+    # suspects by growth: only APIs with an output beyond rounding (the verdict's WARN / FAIL); this pair is bf16
+    # against fp32 without a planted bug, so rank 0 has none
+    assert suspects["ranks"]["rank_0"] == []
+    assert all(s["op_name"].endswith(".backward") for s in suspects["ranks"]["rank_1"])
     assert "Torch.empty" in suspects["noise_ops"]
     # the reference rule's answer (dump order) on one line; msprobe's per rank, in execution order, where a
     # parameter gradient comes after the backward that computes it and is never the first divergence here
@@ -111,7 +112,6 @@ def test_fixture_first_divergence_matches_reference(tmp_path, capsys):
         fd = suspects["first_divergence"][rk]
         assert "parameters_grad" not in fd.get("row", "")
         assert (f"  {rk}: none (" if "none" in fd else f"  {rk}: {fd['row']} (report row {fd['report_row']})") in stdout
-    assert "rank_0 1. Functional.linear.1.backward: growth x2.03" in stdout
 
 
 # ---------------------------------------------------------------- (2) growth ranking
@@ -246,15 +246,15 @@ def test_divergence_during_communication_follows_the_peer(tmp_path, capsys):
 
 # ---------------------------------------------------------------- other modes
 def test_md5_mode(tmp_path, capsys):
-    def md5_tensor(crc):
-        t = tensor()
+    def md5_tensor(crc, err=0.0):
+        t = tensor(1.0, err)  # md5 dumps hold the statistics too
         t["md5"] = crc
         return t
     golden = {f"Functional.op{k}.0.forward": entry([md5_tensor(f"{k:08x}")], [md5_tensor(f"{k + 1:08x}")]) for k in range(3)}
     target = json.loads(json.dumps(golden))
-    target["Functional.op1.0.forward"]["output"][0]["md5"] = "deadbeef"
-    target["Functional.op2.0.forward"]["input_args"][0]["md5"] = "deadbeef"
-    target["Functional.op2.0.forward"]["output"][0]["md5"] = "feedf00d"
+    target["Functional.op1.0.forward"]["output"][0] = md5_tensor("deadbeef", 0.9)
+    target["Functional.op2.0.forward"]["input_args"][0] = md5_tensor("deadbeef", 0.9)
+    target["Functional.op2.0.forward"]["output"][0] = md5_tensor("feedf00d", 0.9)
     t, g = pair(tmp_path, target, golden)
     out = tmp_path / "out"
     code, _, err = run(["compare", "-tp", t, "-gp", g, "-o", out, "-q", "-da", "-c"], capsys)

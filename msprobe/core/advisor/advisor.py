@@ -224,6 +224,14 @@ def _same(values: np.ndarray, usable: np.ndarray, i: int) -> np.ndarray:
     return usable & (values == x)
 
 
+def _equal_cells(col: np.ndarray, i: int) -> np.ndarray:
+    """Rows whose cell equals row i's (cells are text; a list cell is compared as a whole)."""
+    x = col[i]
+    if isinstance(x, (list, tuple)):
+        return np.fromiter((v == x for v in col.tolist()), dtype=bool, count=len(col))
+    return col == x
+
+
 def find_producer(table: OpTable, i: int) -> Optional[int]:
     """The output row (0-based) that became input row ``i``: the latest output that ran before it, in the
     target, with the same dtype, shape and statistics (max/min/mean/norm) or md5, unmatched rows included.
@@ -233,13 +241,12 @@ def find_producer(table: OpTable, i: int) -> Optional[int]:
     g = table.group_of_row()
     cand &= g != g[i]
     for name in ("NPU Dtype", "NPU Tensor Shape"):
-        c = table._obj(name)
-        cand &= c == c[i]
+        cand &= _equal_cells(table._obj(name), i)
     if table.mode == MODE_MD5:
         c = table._obj("NPU MD5")
         if c[i] is None or c[i] in ("N/A", ""):
             return None
-        cand &= c == c[i]
+        cand &= _equal_cells(c, i)
     else:
         vals = [table.numeric(c) for c in NPU_STATS]
         if not (vals[0][1][i] and vals[1][1][i]):

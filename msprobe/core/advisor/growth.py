@@ -16,7 +16,9 @@ the error already present in its *inputs*:
   fp16 1e-3, fp32 1.3e-6), so ordinary low-precision rounding neither makes an op a suspect nor divides
   by zero.
 
-An API is a suspect when its output error exceeds the floor and its growth exceeds 1.  Skipped: noise ops
+An API is a suspect when its output error exceeds the floor and its growth exceeds 1 and, when the report
+has verdicts (:mod:`msprobe.core.compare.verdict`), one of its output rows is WARN or FAIL (beyond what
+rounding explains), so a control pair (bf16 against fp32, no bug) lists no suspect.  Skipped: noise ops
 (the configurable list), communication ops (their output error comes from other ranks),
 ``parameters_grad`` records (not ops) and, when the dump holds API rows, modules (a module repeats the
 growth of the API inside it).  Suspects are ordered by growth, then by execution order
@@ -34,6 +36,7 @@ import numpy as np
 from msprobe.core.advisor.comm import is_communication_op
 from msprobe.core.advisor.config import AnalysisConfig
 from msprobe.core.advisor.table import STATE_INPUT, STATE_OUTPUT, STATE_PARAMETERS, OpTable
+from msprobe.core.compare import verdict as vd
 
 _MODULE_PREFIXES = ("Module.", "Cell.")
 
@@ -85,6 +88,11 @@ def rank_suspects(table: OpTable, cfg: AnalysisConfig, top: int = 0) -> List[Dic
         inf_out = np.isinf(e_out)
         growth = np.where(inf_out & ~np.isinf(e_in), np.inf, (e_out + floor) / (e_in + floor))
         cand = ~skip & ~np.isnan(e_out) & (e_out > floor) & (growth > 1.0)
+    v = getattr(table.report, "verdict", None)
+    if v is not None and len(v) == table.n:
+        # with verdicts, only APIs with an output beyond what rounding explains (WARN / FAIL) are suspects
+        beyond = (np.asarray(v) >= vd.WARN) & (table.states == STATE_OUTPUT)
+        cand &= np.logical_or.reduceat(beyond, table.starts)
     if cand.any():
         is_module = np.fromiter((a.startswith(_MODULE_PREFIXES) for a in apis), dtype=bool, count=len(apis))
         if (cand & ~is_module).any():

@@ -339,10 +339,8 @@ def execution_group_order(apis: Sequence[str]) -> np.ndarray:
             mod_bwd.setdefault(head, []).extend(gs)
     for k in mod_bwd:
         mod_bwd[k].sort()
-    # next backward group at or after each position, and the end of the backward run starting there
-    nxt = np.full(n + 1, -1, dtype=np.int64)
-    for g in range(n - 1, -1, -1):
-        nxt[g] = g if backward[g] else nxt[g + 1]
+    bpos = np.flatnonzero(backward)  # backward groups, for "the first backward group after g"
+    run_end = None
     for rank, g in enumerate(pgrad):
         prev = g - 1
         while prev >= 0 and is_pg[prev]:
@@ -364,11 +362,15 @@ def execution_group_order(apis: Sequence[str]) -> np.ndarray:
         if anchors:
             dest = max(anchors)
         else:
-            first = int(nxt[g + 1])
-            if first < 0:
-                continue
-            dest = first
-            while dest + 1 < n and (backward[dest + 1] or is_pg[dest + 1]):
-                dest += 1
+            k = int(np.searchsorted(bpos, g + 1))
+            if k == len(bpos):
+                continue  # no backward recorded after it: keep the dump order
+            if run_end is None:  # last group of the run of backward / parameter-gradient groups at each position
+                stops = np.flatnonzero(~(backward | is_pg))
+                nf = np.searchsorted(stops, np.arange(n))
+                run_end = np.full(n, n - 1, dtype=np.int64)
+                has = nf < len(stops)
+                run_end[has] = stops[nf[has]] - 1
+            dest = int(run_end[int(bpos[k])])
         keys[g] = dest + 0.5 + rank / (2.0 * (len(pgrad) + 1))
     return np.argsort(keys, kind="stable").astype(np.int64)
