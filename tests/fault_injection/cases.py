@@ -24,7 +24,7 @@ class Case:
     expected: Optional[Dict[str, List[str]]]
     target_dtype: str = "fp32"
     golden_dtype: str = "fp32"
-    tags: List[str] = field(default_factory=list)
+    golden_fault: dict = field(default_factory=dict)   # the golden run's settings (same structure, no fault)
 
     @property
     def control(self) -> bool:
@@ -33,6 +33,7 @@ class Case:
     def to_json(self) -> dict:
         d = asdict(self)
         d["fault"] = repr(self.fault)
+        d["golden_fault"] = repr(self.golden_fault)
         return d
 
 
@@ -70,9 +71,18 @@ CASES: List[Case] = [
          "block 0 GELU output x1.05 (perturbed kernel, same arguments)", _one("FaultOps.gelu.0.forward")),
     Case("tf_gelu_out_tensor", "tf", {"gelu_out": {0: 1.05}}, "tensor", "L1",
          "block 0 GELU output x1.05 (perturbed kernel, same arguments)", _one("FaultOps.gelu.0.forward")),
-    Case("tf_gelu_out_bf16_stat", "tf", {"gelu_out": {0: 1.25}}, "statistics", "mix",
-         "block 0 GELU output x1.25; bf16 autocast target vs fp32 golden", _one("FaultOps.gelu.0.forward"),
+    Case("tf_gelu_out_bf16_stat", "tf", {"gelu_out": {0: 1.05}}, "statistics", "mix",
+         "block 0 GELU output x1.05; bf16 autocast target vs fp32 golden", _one("FaultOps.gelu.0.forward"),
          target_dtype="bf16"),
+    Case("tf_fused_softmax_bf16_stat", "tf", {"fused_softmax": {1: 1.5}}, "statistics", "mix",
+         "block 1 fused softmax scales its scores x1.5 inside the kernel; bf16 target vs fp32 golden",
+         _one("FaultOps.softmax.0.forward"), target_dtype="bf16", golden_fault={"fused_softmax": {1: None}}),
+    Case("tf_fused_softmax_md5", "tf", {"fused_softmax": {1: 1.5}}, "md5", "L1",
+         "block 1 fused softmax scales its scores x1.5 inside the kernel",
+         _one("FaultOps.softmax.0.forward"), golden_fault={"fused_softmax": {1: None}}),
+    Case("tf_fused_softmax_tensor", "tf", {"fused_softmax": {0: 1.5}}, "tensor", "mix",
+         "block 0 fused softmax scales its scores x1.5 inside the kernel",
+         _one("FaultOps.softmax.0.forward"), golden_fault={"fused_softmax": {0: None}}),
     Case("tf_gelu_tanh_stat", "tf", {"head_gelu": "tanh"}, "statistics", "mix",
          'GELU before the head with approximate="tanh" instead of "none"', _one("Functional.gelu.0.forward")),
     # ---- transformer, backward
@@ -82,12 +92,18 @@ CASES: List[Case] = [
          "block 1 GELU backward: gradient x1.5", _one("FaultOps.gelu.1.backward")),
     Case("tf_gelu_grad_md5", "tf", {"gelu_grad": {1: 1.5}}, "md5", "mix",
          "block 1 GELU backward: gradient x1.5", _one("FaultOps.gelu.1.backward")),
+    Case("tf_gelu_grad_bf16_stat", "tf", {"gelu_grad": {1: 1.5}}, "statistics", "mix",
+         "block 1 GELU backward: gradient x1.5; bf16 autocast target vs fp32 golden",
+         _one("FaultOps.gelu.1.backward"), target_dtype="bf16"),
     Case("tf_probs_grad_stat", "tf", {"probs_grad": {0: 1.5}}, "statistics", "mix",
          "block 0 gradient reaching the softmax output x1.5 (tensor hook)", _one("Functional.softmax.0.backward")),
     # ---- transformer, parameter gradient
     Case("tf_param_grad_stat", "tf", {"param_grad": {"blocks.1.mlp.fc2.weight": 1.5}}, "statistics", "mix",
          "blocks.1.mlp.fc2.weight gradient x1.5 (parameter hook)",
          _one("Module.blocks.1.mlp.fc2.Linear.parameters_grad")),
+    Case("tf_param_grad_bf16_stat", "tf", {"param_grad": {"blocks.0.attn.qkv.weight": 1.5}}, "statistics",
+         "mix", "blocks.0.attn.qkv.weight gradient x1.5 (parameter hook); bf16 target vs fp32 golden",
+         _one("Module.blocks.0.attn.qkv.Linear.parameters_grad"), target_dtype="bf16"),
     Case("tf_param_grad_tensor", "tf", {"param_grad": {"blocks.1.mlp.fc2.weight": 1.5}}, "tensor", "mix",
          "blocks.1.mlp.fc2.weight gradient x1.5 (parameter hook)",
          _one("Module.blocks.1.mlp.fc2.Linear.parameters_grad")),
@@ -101,6 +117,9 @@ CASES: List[Case] = [
          "BatchNorm eps=0.5 instead of 1e-5", _one("Functional.batch_norm.0.forward")),
     Case("cnn_relu_out_tensor", "cnn", {"relu_out": {1: 1.05}}, "tensor", "mix",
          "second ReLU output x1.05 (perturbed kernel)", _one("FaultOps.relu.1.forward")),
+    Case("cnn_relu_out_bf16_stat", "cnn", {"relu_out": {0: 1.05}}, "statistics", "mix",
+         "first ReLU output x1.05 (perturbed kernel); bf16 target vs fp32 golden", _one("FaultOps.relu.0.forward"),
+         target_dtype="bf16"),
     Case("cnn_param_grad_stat", "cnn", {"param_grad": {"conv1.weight": 1.5}}, "statistics", "mix",
          "conv1.weight gradient x1.5 (parameter hook)", _one("Module.conv1.Conv2d.parameters_grad")),
     # ---- 2-rank MLP (gloo)
@@ -108,6 +127,9 @@ CASES: List[Case] = [
          "activation all_reduce result x1.05 on rank 1", {"rank1": ["Distributed.all_reduce.0.forward"]}),
     Case("dist_grad_allreduce_tensor", "dist", {"allreduce_out": {"2.1": 1.5}}, "tensor", "mix",
          "fc1.bias gradient all_reduce result x1.5 on rank 1", {"rank1": ["Distributed.all_reduce.2.forward"]}),
+    Case("dist_act_allreduce_bf16_stat", "dist", {"allreduce_out": {"0.1": 1.05}}, "statistics", "mix",
+         "activation all_reduce result x1.05 on rank 1; bf16 target vs fp32 golden",
+         {"rank1": ["Distributed.all_reduce.0.forward"]}, target_dtype="bf16"),
     Case("dist_reduce_op_md5", "dist", {"reduce_op": "max"}, "md5", "L1",
          "activation all_reduce with ReduceOp.MAX instead of SUM (both ranks)",
          {"rank0": ["Distributed.all_reduce.0.forward"], "rank1": ["Distributed.all_reduce.0.forward"]}),

@@ -45,7 +45,7 @@ def _one_run(case, side, out: Path, rank: int):
     from fault_injection.generate import precision_ctx, write_config
     from fault_injection.models import DistMLP, add_param_grad_faults
 
-    fault = case.fault if side == "target" else {}
+    fault = case.fault if side == "target" else case.golden_fault
     dtype = case.target_dtype if side == "target" else case.golden_dtype
     side_dir = out / case.name / side
     side_dir.mkdir(parents=True, exist_ok=True)

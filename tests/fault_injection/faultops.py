@@ -12,14 +12,15 @@ import torch
 import torch.nn.functional as F
 
 #: per-call settings, set by :func:`active` around one call
-_ACTIVE = {"out_scale": None, "grad_scale": None}
+_ACTIVE = {"out_scale": None, "grad_scale": None, "in_scale": None}
 
 
 @contextlib.contextmanager
-def active(out_scale=None, grad_scale=None):
-    """Perturb the FaultOps call(s) made inside the block: forward output x out_scale, gradient x grad_scale."""
+def active(out_scale=None, grad_scale=None, in_scale=None):
+    """Perturb the FaultOps call(s) made inside the block: forward output x out_scale, gradient x grad_scale,
+    input x in_scale inside the kernel (softmax)."""
     old = dict(_ACTIVE)
-    _ACTIVE.update(out_scale=out_scale, grad_scale=grad_scale)
+    _ACTIVE.update(out_scale=out_scale, grad_scale=grad_scale, in_scale=in_scale)
     try:
         yield
     finally:
@@ -61,5 +62,13 @@ def relu(x):
     return y
 
 
-CUSTOM_APIS = ("gelu", "relu")
+def softmax(x, dim):
+    """Softmax over ``dim``; with ``active(in_scale=m)`` the kernel scales its input by m first (the
+    "attention scores x1.5 before softmax" bug inside a fused kernel: no extra op, no differing argument)."""
+    if _ACTIVE["in_scale"] is not None:
+        x = x * _ACTIVE["in_scale"]
+    return F.softmax(x, dim=dim)
+
+
+CUSTOM_APIS = ("gelu", "relu", "softmax")
 PREFIX = "FaultOps"

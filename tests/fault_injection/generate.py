@@ -70,7 +70,7 @@ def dump_single(case: Case, side: str, root: Path) -> Path:
     """One training step of ``case``'s model (``side``: target = with the fault, golden = clean)."""
     from msprobe.pytorch import PrecisionDebugger
 
-    fault = case.fault if side == "target" else {}
+    fault = case.fault if side == "target" else case.golden_fault
     dtype = case.target_dtype if side == "target" else case.golden_dtype
     side_dir = root / case.name / side
     side_dir.mkdir(parents=True, exist_ok=True)

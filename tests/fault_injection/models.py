@@ -10,6 +10,8 @@ Transformer (``TinyTransformer``):
   ``gelu_out``     {block: s}  the MLP's GELU output x s (a perturbed kernel, arguments unchanged)
   ``head_gelu``    "tanh": the GELU before the head uses approximate="tanh" instead of "none"
   ``gelu_grad``    {block: s}  the GELU's gradient output x s (a wrong backward kernel)
+  ``fused_softmax`` {block: m or None}  that block's softmax is ``FaultOps.softmax``, scaling its input by m
+                   inside the kernel (None: no fault; the golden run of such a case uses None)
   ``probs_grad``   {block: s}  the gradient arriving at the softmax output x s (a tensor hook)
   ``param_grad``   {parameter name: s}  that parameter's gradient x s (a hook on the parameter)
 CNN (``SmallCNN``):
@@ -55,7 +57,11 @@ class Attention(nn.Module):
         scale = 1.0 / math.sqrt(d // self.heads)
         scale *= self.fault.get("attn_scale", {}).get(self.idx, 1.0)
         scores = torch.matmul(q, k.transpose(-2, -1)) * scale
-        probs = F.softmax(scores, dim=-1)
+        if self.idx in self.fault.get("fused_softmax", {}):
+            with faultops.active(in_scale=self.fault["fused_softmax"][self.idx]):
+                probs = faultops.softmax(scores, -1)
+        else:
+            probs = F.softmax(scores, dim=-1)
         s_grad = self.fault.get("probs_grad", {}).get(self.idx)
         if s_grad is not None and probs.requires_grad:
             probs.register_hook(lambda g: g * s_grad)
