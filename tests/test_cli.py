@@ -314,3 +314,40 @@ def test_rank_dirs_and_relative_paths(stat_pair, tmp_path):
     assert f"report: {out / name}" in res.stdout
     rows = list(csv.reader((out / name).read_text(encoding="utf-8").splitlines()))
     assert len(rows) == STAT_ROWS + 1
+
+
+# ------------------------------------------------------------------ docs (issue 16, item 14 g, h; item 12)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_docs_do_not_point_into_the_development_shared_folder():
+    """Users of the package have no ../shared (spec, fixtures, tools): docs describe those instead."""
+    for md in [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]:
+        text = md.read_text(encoding="utf-8")
+        assert "../shared/" not in text and "](../shared" not in text, md.name
+
+
+def test_readme_says_make_test_builds_the_extra_venvs_and_how_to_skip_them():
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    top = readme[:readme.index("# msprobe")]  # the block before the title, what a new user reads first
+    top += readme[readme.index("# msprobe"):][:3000]
+    for word in (".venv-npu", ".venv-ms", "5.2 GB", "make test-main"):
+        assert word in top, word
+    makefile = (REPO_ROOT / "Makefile").read_text(encoding="utf-8")
+    m = re.search(r"^test-main:(.*)$", makefile, re.M)
+    assert m and "npu-venv" not in m.group(1) and "ms-venv" not in m.group(1)
+    assert re.search(r"^test: venv npu-venv ms-venv$", makefile, re.M)  # make test is unchanged
+
+
+def test_compatibility_doc_lists_every_reference_flag():
+    """The table in docs/compatibility.md names every reference flag tests/test_reference_flags.py checks."""
+    import test_reference_flags as rf
+
+    text = (REPO_ROOT / "docs" / "compatibility.md").read_text(encoding="utf-8")
+    table = text[text.index("## Command lines"):text.index("## compare")]
+    flags = set()
+    for argv, *_ in rf.COMPARE_ACCEPTED + rf.GRAPH_ACCEPTED + rf.COMPARE_REFUSED + rf.GRAPH_REFUSED + rf.MERGE_ACCEPTED:
+        flags.update(a for a in argv if a.startswith("-"))
+    missing = sorted(f for f in flags if f"`{f}" not in table and f"/{f}" not in table and f", {f}" not in table)
+    assert not missing, missing
