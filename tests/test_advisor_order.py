@@ -157,7 +157,7 @@ def test_verdict_fail_rows_in_execution_order():
     assert adv.advise(Rep(names, apis, result=["Warning", "", "", ""])).node == names[0]  # no verdict: the mode's rule
     only_grad = Rep(names, apis, verdict=[vd.PASS, vd.FAIL, vd.PASS, vd.PASS])
     a = adv.advise(only_grad)
-    assert a.category == adv.CAT_PARAMS_GRAD and "everything that ran before it" in a.reason
+    assert a.category == adv.CAT_PARAMS_GRAD and "no row that ran before it" in a.reason
 
 
 # ---------------------------------------------------------------------------------------------- none

@@ -330,7 +330,7 @@ def advise(report, rank: int = 0, label: Optional[str] = None) -> Advice:
             cat = CAT_TARGET_ONLY
         else:
             cat = CAT_INPUT
-        reason = (f"The data entering {api} already differs ({node}) while everything that ran before it matches: "
+        reason = (f"The data entering {api} already differs ({node}) while no row that ran before it fails: "
                   f"the error was made before this API; {producer_note}.")
     elif state == STATE_PARAMETERS:
         cat = CAT_PARAMS
@@ -339,7 +339,7 @@ def advise(report, rank: int = 0, label: Optional[str] = None) -> Advice:
     elif state == STATE_PARAMETERS_GRAD:
         cat = CAT_PARAMS_GRAD
         reason = (f"The gradient of {node.rsplit('.', 1)[-1]} in {api.rsplit('.parameters_grad', 1)[0]} differs while "
-                  f"everything that ran before it (forward, and backward up to this module) matches: the backward "
+                  f"no row that ran before it (forward, and backward up to this module) fails: the backward "
                   f"computation of this module's parameter gradient is where the runs part.")
     elif any(a in node for a in PRECISION_SENSITIVE_APIS):
         cat = CAT_SENSITIVE
