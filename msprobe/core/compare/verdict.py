@@ -214,10 +214,11 @@ def scaled_errors(t: np.ndarray, g: np.ndarray, max_abs: Optional[np.ndarray] = 
 
 
 def rescaled(err: np.ndarray, mag: np.ndarray, new_mag: np.ndarray):
-    """(score, stat) of the Max/Min/Mean/MaxAbsErr differences measured against another magnitude (the
-    inputs'), for ops whose output is much smaller than what they consume (a sum with cancellation)."""
+    """(score, stat) of the differences measured against another magnitude (the inputs'), for ops whose
+    output is much smaller than what they consume (a sum with cancellation); the L2-norm error is scaled
+    by the same factor."""
     with np.errstate(all="ignore"):
-        sel = np.array([0, 1, 2, 4])
+        sel = np.array([0, 1, 2, 3, 4])
         e = err[sel]
         r = np.where((e == 0) | np.isinf(e) | np.isnan(e), e, e * mag / new_mag)
         any_ok = ~np.all(np.isnan(r), axis=0)
@@ -269,6 +270,12 @@ def _fmt_value(v) -> str:
         return repr(v)
     text = str(v)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _scale_label(k: int, by_inputs: bool) -> str:
+    if k == 3:
+        return "relative, scaled to its inputs' magnitude" if by_inputs else "relative"
+    return "of its inputs' magnitude" if by_inputs else "of magnitude"
 
 
 def _pct(x: float) -> str:
@@ -399,7 +406,7 @@ def judge(f: Facts) -> Judgement:
     ctx_nf = nf_in[inv]
     own_bound = K_ROUND * unit
     acc_bound = np.maximum(K_ACC * unit, MIN_FAIL)
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):
         explained = score <= AMP * np.nan_to_num(ctx, nan=0.0) + own_bound
         within_own = score <= own_bound
         within_acc = score <= acc_bound
@@ -483,7 +490,7 @@ def judge(f: Facts) -> Judgement:
         s = float(score[i])
         k = int(stat[i])
         what = STAT_LABELS[k] if k >= 0 else "value"
-        scale = "relative" if k == 3 else ("of its inputs' magnitude" if use_in[i] else "of magnitude")
+        scale = _scale_label(k, bool(use_in[i]))
         e_txt = f"{what} differs by {_pct(s)} {scale}" if k != CRC else "CRC32 differs (no statistics recorded)"
         c = float(ctx[i]) if not np.isnan(ctx[i]) else None
         if nonfin_t_only[i]:
@@ -584,6 +591,5 @@ def stat_text(j: Judgement, i: int) -> str:
     s = float(j.score[i])
     if k < 0 or np.isnan(s):
         return ""
-    scale = "relative" if k == 3 else ("of its inputs' magnitude" if j.by_inputs is not None and j.by_inputs[i]
-                                        else "of magnitude")
+    scale = _scale_label(k, j.by_inputs is not None and bool(j.by_inputs[i]))
     return f"{STAT_LABELS[k]} differs by {_pct(s)} {scale}"
