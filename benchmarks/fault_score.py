@@ -1,0 +1,188 @@
+"""Score msprobe's advisor / -da and MindStudio Probe 8.3.3's advisor on the fault-injection cases (issue 16).
+
+    .venv/bin/python benchmarks/fault_score.py [--work DIR] [--venv DIR] [--only CASE ...] [--no-reference]
+                                               [--write benchmarks/fault_score_results.md]
+
+1. builds the reference's scratch venv if it is missing (default ``~/.cache/msprobe-ref/venv833``, or
+   ``$MSPROBE_REF833``): ``python -m venv``, ``pip install mindstudio-probe==8.3.3`` from PyPI, and a ``.pth``
+   file that makes this interpreter's torch importable there (the reference needs torch to start);
+2. generates the dump pairs (tests/fault_injection/generate.py) into ``--work`` (default: a temp dir);
+3. runs ``msprobe compare -da`` (ours) and the reference's ``msprobe -f pytorch compare -i compare.json``
+   (its advisor writes ``advisor_*.txt``) on every pair;
+4. prints a table (case, expected, ours, reference, hit/miss) and the scores.
+
+A fault case is a hit when the named row is the injected op (or one of its rows) on every expected rank;
+ours counts the advisor (file and console must agree) and -da (the first-divergence block) separately.
+A control pair (no fault) is a hit when nothing is named.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))
+
+from fault_injection.cases import CASES  # noqa: E402
+from fault_injection.evaluate import (RankAnswer, names_match, pair_paths, parse_advisor_files,  # noqa: E402
+                                      run_ours)
+
+REF_VERSION = "8.3.3"
+
+
+def default_venv() -> Path:
+    env = os.environ.get("MSPROBE_REF833")
+    return Path(env) if env else Path.home() / ".cache" / "msprobe-ref" / "venv833"
+
+
+def ensure_reference(venv: Path) -> Path:
+    exe = venv / "bin" / "msprobe"
+    if exe.is_file():
+        return exe
+    print(f"building the reference venv in {venv} (mindstudio-probe=={REF_VERSION} from PyPI) ...", flush=True)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
+                    f"mindstudio-probe=={REF_VERSION}"], check=True)
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None:   # reuse this interpreter's torch (appended last: the venv's own packages win)
+        site = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                              check=True, capture_output=True, text=True).stdout.strip()
+        Path(site, "zz_host_torch.pth").write_text(os.path.dirname(os.path.dirname(torch.__file__)) + "\n")
+    else:
+        subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "torch"], check=True)
+    return exe
+
+
+def run_reference(exe: Path, target: Path, golden: Path, out_dir: Path, multi: bool):
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if multi:
+        cfg = {"npu_path": str(target), "bench_path": str(golden), "is_print_compare_log": True}
+    else:
+        cfg = {"npu_path": str(target / "dump.json"), "bench_path": str(golden / "dump.json"),
+               "stack_path": str(target / "stack.json"), "is_print_compare_log": True}
+    cfg_path = out_dir / "compare.json"
+    cfg_path.write_text(json.dumps(cfg))
+    res = subprocess.run([str(exe), "-f", "pytorch", "compare", "-i", str(cfg_path), "-o", str(out_dir / "out")],
+                         capture_output=True, text=True, cwd=str(out_dir), timeout=900)
+    ranks: dict = {}
+    parse_advisor_files(str(out_dir / "out"), multi, ranks)
+    return res.returncode, ranks, res.stdout[-2000:] + res.stderr[-2000:]
+
+
+def verdict(case, named: dict) -> bool:
+    if case.control:
+        return all(v is None for v in named.values())
+    return all(names_match(named.get(r), exp) for r, exp in case.expected.items())
+
+
+def short(v):
+    return "none" if v is None else v
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--work", help="work folder (pairs and outputs); default: a new temp dir")
+    ap.add_argument("--venv", default=str(default_venv()), help="the reference's scratch venv")
+    ap.add_argument("--only", nargs="*", help="case names")
+    ap.add_argument("--no-reference", action="store_true", help="score msprobe only")
+    ap.add_argument("--write", help="also write the table (markdown) to this file")
+    ap.add_argument("-j", type=int, default=2, help="pairs compared at the same time")
+    args = ap.parse_args(argv)
+
+    cases = [c for c in CASES if not args.only or c.name in args.only]
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="fault_score_"))
+    pairs = work / "pairs"
+    exe = None if args.no_reference else ensure_reference(Path(args.venv))
+
+    t0 = time.time()
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    subprocess.run([sys.executable, str(REPO / "tests" / "fault_injection" / "generate.py"), str(pairs),
+                    *(["--only", *args.only] if args.only else [])], check=True, env=env,
+                   stderr=subprocess.DEVNULL)
+    print(f"generated {len(cases)} pairs in {time.time() - t0:.0f} s under {pairs}", flush=True)
+
+    def one(case):
+        multi = case.model == "dist"
+        t, g = pair_paths(pairs / case.name, multi)
+        out = work / "out" / case.name
+        shutil.rmtree(out, ignore_errors=True)
+        ours = run_ours(t, g, out / "ours", multi)
+        ranks = list(case.expected) if case.expected else (["rank0", "rank1"] if multi else ["rank"])
+        adv = {r: ours.ranks.get(r, RankAnswer()).advisor_file for r in ranks}
+        adv_console = {r: ours.ranks.get(r, RankAnswer()).advisor_console for r in ranks}
+        da = {r: ours.ranks.get(r, RankAnswer()).da_first for r in ranks}
+        row = {"case": case, "adv": adv, "adv_ok": verdict(case, adv) and verdict(case, adv_console),
+               "da": da, "da_ok": verdict(case, da), "ours_rc": ours.rc}
+        if exe is not None:
+            rc, ref_ranks, log = run_reference(exe, t, g, out / "reference", multi)
+            ref = {r: ref_ranks.get(r, RankAnswer()).advisor_file for r in ranks}
+            row.update(ref=ref, ref_ok=verdict(case, ref) and rc == 0 and bool(ref_ranks), ref_rc=rc,
+                       ref_log=log)
+        return row
+
+    t0 = time.time()
+    with ThreadPoolExecutor(max_workers=max(1, args.j)) as ex:
+        rows = list(ex.map(one, cases))
+    elapsed = time.time() - t0
+
+    def fmt(named):
+        return "; ".join(f"{r}: {short(v)}" if len(named) > 1 else short(v) for r, v in named.items())
+
+    lines = ["| case | model | fault | mode | expected | ours: advisor | ours: -da | reference 8.3.3 advisor |",
+             "|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        c = row["case"]
+        exp = "no op (control)" if c.control else "; ".join(
+            f"{r}: {' or '.join(e)}" if len(c.expected) > 1 else " or ".join(e) for r, e in c.expected.items())
+        mode = f"{c.task} {c.level} {c.target_dtype}/{c.golden_dtype}"
+        ref = (f"{'hit' if row['ref_ok'] else 'MISS'}: {fmt(row['ref'])}" + (f" (rc {row['ref_rc']})" if row['ref_rc'] else "")
+               if "ref" in row else "n/a")
+        lines.append(f"| {c.name} | {c.model} | {c.what} | {mode} | {exp} | "
+                     f"{'hit' if row['adv_ok'] else 'MISS'}: {fmt(row['adv'])} | "
+                     f"{'hit' if row['da_ok'] else 'MISS'}: {fmt(row['da'])} | {ref} |")
+    faults = [r for r in rows if not r["case"].control]
+    controls = [r for r in rows if r["case"].control]
+
+    def score(key, subset):
+        return f"{sum(bool(r.get(key)) for r in subset)}/{len(subset)}"
+
+    summary = [
+        f"fault cases: ours advisor {score('adv_ok', faults)}, ours -da {score('da_ok', faults)}"
+        + (f", reference {REF_VERSION} advisor {score('ref_ok', faults)}" if exe else ""),
+        f"control pairs (nothing named): ours advisor {score('adv_ok', controls)}, ours -da {score('da_ok', controls)}"
+        + (f", reference {REF_VERSION} advisor {score('ref_ok', controls)}" if exe else ""),
+        f"(compares took {elapsed:.0f} s with -j {args.j})",
+    ]
+    text = "\n".join(lines + [""] + summary)
+    print(text)
+    bad_ref = [r for r in rows if "ref" in r and r["ref_rc"]]
+    for r in bad_ref:
+        print(f"\nreference failed on {r['case'].name} (rc {r['ref_rc']}):\n{r['ref_log'][-1500:]}")
+    if args.write:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from machine import machine_line
+
+        cmd = "python benchmarks/fault_score.py" + (f" --only {' '.join(args.only)}" if args.only else "")
+        Path(args.write).write_text(
+            f"# Fault-injection score (issue 16)\n\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+            f"{machine_line()}\n\nCommand: `{cmd}`\n\n" + text + "\n")
+        print(f"written: {args.write}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
