@@ -692,7 +692,7 @@ def _percent_cells(col: Any, styled: np.ndarray | None) -> tuple[_Cells, np.ndar
     A text cell ``"<finite number>%"`` becomes a number cell holding the same decimal digits scaled by
     ``E-2`` (``"12.5%"`` -> ``<v>12.5E-2</v>``, i.e. 0.125, a valid xsd:double): no float rounding, and
     a reader that knows the percent style gets the exact text back (``msprobe.core.merge.xlsxread``)."""
-    if isinstance(col, np.ndarray) and col.dtype.kind != "O":
+    if isinstance(col, np.ndarray) and col.dtype.kind not in "OU":
         return _column_cells(col, styled), None
     values = col.tolist() if isinstance(col, np.ndarray) else list(col)
     n = len(values)
