@@ -39,11 +39,6 @@ from msprobe.core.dump.patching import MISSING, undo_patches
 
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_DROPOUT = {"Functional.dropout", "Functional.dropout1d", "Functional.dropout2d", "Functional.dropout3d",
-            "Functional.alpha_dropout", "Functional.feature_alpha_dropout", "Torch.dropout", "Torch.dropout_",
-            "Torch.alpha_dropout", "Torch.alpha_dropout_", "Torch.feature_alpha_dropout",
-            "Torch.feature_alpha_dropout_", "Torch.feature_dropout", "Torch.feature_dropout_",
-            "NPU._npu_dropout"}
 _TENSOR_BACKWARD = torch.Tensor.backward
 _AUTOGRAD_BACKWARD = torch.autograd.backward
 _MISSING = MISSING
@@ -134,6 +129,18 @@ def _is_work(out):
     if isinstance(out, (list, tuple)):
         return bool(out) and all(hasattr(w, "wait") and not isinstance(w, torch.Tensor) for w in out)
     return hasattr(out, "wait") and hasattr(out, "is_completed")
+
+
+def _is_argument(t, args, kwargs):
+    """``t`` is one of the call's own (top-level) arguments."""
+    for a in args:
+        if a is t:
+            return True
+    if kwargs:
+        for a in kwargs.values():
+            if a is t:
+                return True
+    return False
 
 
 def iter_tensors(obj, depth=0):
@@ -506,8 +513,8 @@ class Hooks:
                         col.api_outputs_later(fwd, rec, works, args, kwargs)
                     else:
                         col.api_outputs(fwd, rec, out, distributed, args, kwargs)
-                    if col.want_backward and not distributed:
-                        self._api_backward_hook(name, n, out, args, kwargs)
+                        if col.want_backward and not distributed:
+                            self._api_backward_hook(name, n, out, args, kwargs, writes)
                     if col.terminated:
                         self.service.overflow_done()
             except Exception as exc:
@@ -570,23 +577,36 @@ class Hooks:
         finally:
             TLS.depth -= 1
 
-    def _api_backward_hook(self, name, n, out, args, kwargs):
+    def _api_backward_hook(self, name, n, out, args, kwargs, writes=0):
+        """Hook the backward of API call ``name``.n.
+
+        The record is the autograd node that produced the first output tensor (the reference's rule).
+        An op that returns one of its inputs unchanged (``x.float()`` on fp32, ``x.to(x.dtype)``,
+        ``dropout(p=0)``, ``type_as`` of the same type...) has no node of its own: the tensor's node is
+        its producer's. Its record is the identity on the gradient reaching that tensor (a tensor hook:
+        ``input`` = ``output`` = that gradient, with the op's own shapes). No node is added to the graph
+        (an identity node would regroup the sum of the input's gradient when the input is used
+        elsewhere too, which changes its last bits). In-place ops return their input with their own
+        node: recorded as any op."""
         if not torch.is_grad_enabled():
             return
-        if name in _DROPOUT:
-            p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
-            if p == 0:
-                return
         t = next(iter_tensors(out), None)
         if t is None or not t.requires_grad:
-            return
-        node = t.grad_fn
-        if node is None:
             return
         col = self.col
         gen = col.generation
         bname = f"{name}.{n}.backward"
         errors = self.errors
+        if writes != 1 and _is_argument(t, args, kwargs) and not kwargs.get("inplace"):
+            def identity(grad):
+                if col.generation == gen and not TLS.depth:
+                    guarded(errors, bname, col.api_backward, bname, (grad,), (grad,))
+                return None
+            self._on_grad(t, 1, identity, gen)
+            return
+        node = t.grad_fn
+        if node is None:
+            return
 
         def post(grad_inputs, grad_outputs):
             if col.generation == gen and not TLS.depth:
@@ -722,7 +742,13 @@ class Hooks:
             if j is not None:
                 identity.append((i, j))
         consumers = {}
-        if edges:
+        # outputs the module also consumes itself (attention weights returned next to the attention
+        # output): their tensor hook sees the module's own use too; the nodes inside that consume them
+        # tell that share apart (``inner``: node -> [(position, output index)])
+        out_keys = {(t.grad_fn, t.output_nr): i for i, t in enumerate(outs) if t.grad_fn is not None} \
+            if len(outs) > 1 else None
+        inner = {}
+        if edges or out_keys:
             seen = set()
             todo = [t.grad_fn for t in outs if t.grad_fn is not None and t.grad_fn not in input_fns]
             while todo:
@@ -732,10 +758,15 @@ class Hooks:
                 seen.add(node)
                 if len(seen) > _WALK_LIMIT:
                     consumers = None
+                    inner = {}
                     break
                 for pos, (nf, nr) in enumerate(node.next_functions):
                     if nf is None:
                         continue
+                    if out_keys:
+                        i = out_keys.get((nf, nr))
+                        if i is not None:
+                            inner.setdefault(node, []).append((pos, i))
                     j = by_edge.get((nf, nr))
                     if j is None and by_leaf and type(nf).__name__ == "AccumulateGrad":
                         j = by_leaf.get(id(getattr(nf, "variable", None)))
@@ -745,6 +776,7 @@ class Hooks:
                         todo.append(nf)
         if consumers is None:
             consumers = {}
+        own = [None] * len(outs) if inner else None     # the module's own use of each output
         state = {"out": [None] * len(outs), "got_out": 0, "in": [None] * n_ins,
                  "left": len(consumers), "parent": None, "started": False, "done": False}
         need_in = bool(edges)
@@ -761,7 +793,18 @@ class Hooks:
             col.module_backward(name, state["parent"], state["out"], state["in"] if need_in else [])
             col.pending_backward.pop(name, None)
 
+        def got_inner_grads(slots, grad_inputs):
+            for pos, i in slots:
+                g = grad_inputs[pos] if pos < len(grad_inputs) else None
+                if g is not None:
+                    own[i] = g if own[i] is None else own[i] + g
+
         def got_output_grad(i, grad):
+            if own is not None and own[i] is not None:
+                # the gradient summed into this output = the module's own use (added here in the order
+                # autograd added it: the same bits) + what came from outside; nothing from outside: null
+                with torch.no_grad():
+                    grad = None if torch.equal(grad, own[i]) else grad - own[i]
             state["out"][i] = grad
             state["got_out"] += 1
             if not state["started"]:
@@ -798,10 +841,19 @@ class Hooks:
                 return None
             return hook
 
+        def inner_hook(slots):
+            def hook(grad_inputs, grad_outputs):
+                if col.generation == gen and not state["done"] and not TLS.depth:
+                    guarded(errors, name, got_inner_grads, slots, grad_inputs)
+                return None
+            return hook
+
         for i, t in enumerate(outs):
             self._on_grad(t, 2, out_hook(i), gen)
         for node, slots in consumers.items():
             node.register_hook(node_hook(slots))
+        for node, slots in inner.items():
+            node.register_hook(inner_hook(slots))
 
     def _on_grad(self, t, slot, fn, gen):
         """One tensor hook per tensor per step; consumers' input-grad handlers run before producers'
