@@ -92,26 +92,34 @@ def compare_dumps(
     target_json: str,
     golden_json: str,
     tensor_loader: Optional[Callable[[str], np.ndarray]] = None,
-    progress: Optional[Callable[[str, int, int], None]] = None,
+    progress: Optional[Callable[..., None]] = None,
 ) -> Report:
-    """Compare two dump.json files.  ``progress(stage, done, total)`` is called as work advances."""
+    """Compare two dump.json files.  ``progress(stage, done, total, unit=None, detail=None)`` is told the
+    stages read, match and metrics as work advances (msprobe.core.progress)."""
     tick = progress or (lambda *_: None)
+    tick("read", 0, 2, "files")
     t, g = _read_both(cfg, target_json, golden_json)
-    tick("parse", 2, 2)
+    tick("read", 2, 2, "files", f"{len(t):,} + {len(g):,} rows")
     mode = dump_mode(t, g)
     if len(t) == 0:
         raise MsprobeError(f"target dump.json {target_json} holds no API or module data; nothing to compare (was the dump started?)")
     layer_rows = None
+    tick("match", 0, len(t), "rows")
     if cfg.mappings.any:
         m, layer_rows = _match_with_mappings(cfg, t, g, target_json, golden_json)
     else:
         m = match_fuzzy(t, g) if cfg.fuzzy else match_exact(t, g)
-    tick("match", 1, 1)
+    tick("match", len(t), len(t), "rows", f"{int(m.matched.sum()):,} matched")
     if mode == MODE_STATISTICS:
+        tick("metrics", 0, len(m), "rows", mode)
         rep = _statistics(cfg, t, g, m)
+        tick("metrics", len(m), len(m), "rows", mode)
     elif mode == MODE_MD5:
+        tick("metrics", 0, len(m), "rows", mode)
         rep = _md5(cfg, t, g, m)
+        tick("metrics", len(m), len(m), "rows", mode)
     else:
+        tick("metrics", 0, None, "tensor pairs", mode)
         rep = _tensor(cfg, t, g, m, target_json, golden_json, tensor_loader, tick)
     if t.stack:
         rep.header.append(STACK_COL)
@@ -303,13 +311,13 @@ def _stat_arrays(rows: DumpRows, idx: np.ndarray) -> Tuple[np.ndarray, np.ndarra
     return np.vstack(vals), np.vstack(oks)
 
 
-def _judge(t: DumpRows, g: DumpRows, m: Matches, rg_bad=None, **extra) -> vd.Judgement:
-    """The verdict of every report row (verdict.judge on this pair's columns)."""
+def _judge(t: DumpRows, g: DumpRows, m: Matches, basic: List[list], rg_bad=None, **extra) -> vd.Judgement:
+    """The verdict of every report row (verdict.judge on this pair's columns); basic: the BASIC columns."""
     ts, tok = _stat_arrays(t, m.target)
     gs, gok = _stat_arrays(g, m.golden)
     facts = vd.Facts(
-        names=_take(t.names, m.target), api=_take(t.api, m.target), state=_take(t.state, m.target),
-        matched=m.matched, t_dtype=_take(t.dtype, m.target), g_dtype=_take(g.dtype, m.golden),
+        names=basic[0], api=_take(t.api, m.target), state=_take(t.state, m.target),
+        matched=m.matched, t_dtype=basic[2], g_dtype=basic[3],
         t_stats=ts, g_stats=gs, t_ok=tok, g_ok=gok,
         t_value=_take(t.value, m.target, fill=NO_VALUE) if t.value else None,
         g_value=_take(g.value, m.golden, fill=NO_VALUE) if g.value else None,
@@ -368,7 +376,7 @@ def _statistics(cfg: CompareConfig, t: DumpRows, g: DumpRows, m: Matches) -> Rep
         warns.append(w)
     warn = warns[0] | warns[1] | warns[2] | warns[3]
     rg_cells, rg_bad = _rg_consistent(t, g, m)
-    j = _judge(t, g, m, rg_bad=rg_bad)
+    j = _judge(t, g, m, cols, rg_bad=rg_bad)
     msg = [("" if ok else MSG_UNMATCHED) + (MSG_WARN if w else "") + (MSG_RG if bad else "")
            for ok, w, bad in zip(matched.tolist(), warn.tolist(), rg_bad.tolist())]
     # Result follows the verdict (FAIL and WARN: Warning); the reference's own flag is explained in Err_message
@@ -401,7 +409,7 @@ def _md5(cfg: CompareConfig, t: DumpRows, g: DumpRows, m: Matches) -> Report:
     equal = np.array([r == "pass" for r in result], dtype=bool)
     # Result stays the CRC fact (pass / Different); the verdict judges a difference by the statistics
     # recorded next to the CRC, and decides colour, summary and advisor
-    _apply(rep, _judge(t, g, m, equal=equal), cfg)
+    _apply(rep, _judge(t, g, m, cols, equal=equal), cfg)
     return rep
 
 
@@ -456,7 +464,7 @@ def _tensor(cfg, t: DumpRows, g: DumpRows, m: Matches, target_json, golden_json,
 
     def _advance(k: int) -> None:
         done[0] += k
-        tick("tensors", done[0], len(pairs))
+        tick("metrics", done[0], len(pairs), "tensor pairs", MODE_TENSOR)
 
     results = tm.compare_files(pairs, loader, jobs=cfg.jobs, progress=_advance)
     for i, res in zip(todo_idx, results):
@@ -477,7 +485,7 @@ def _tensor(cfg, t: DumpRows, g: DumpRows, m: Matches, target_json, golden_json,
         msg.append(text)
     max_abs, _ = _number_mask(metric_cols[2])
     pos_mismatch = np.array([mt[6].find(tm.MSG_NAN_POS) >= 0 for mt in metrics], dtype=bool)
-    j = _judge(t, g, m, rg_bad=rg_bad, max_abs=max_abs, pos_mismatch=pos_mismatch)
+    j = _judge(t, g, m, cols, rg_bad=rg_bad, max_abs=max_abs, pos_mismatch=pos_mismatch)
     ref_styles, ref_msgs = None, None
     if cfg.highlight:
         ref_styles, ref_msgs = _highlight(t, m, tv, summary_cells, metric_cols[2], rg_bad, [""] * n,

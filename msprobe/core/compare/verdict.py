@@ -28,7 +28,8 @@ Use :func:`judge` (pure numpy on columns) or read those fields; failing rows are
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import List, Optional
 
 import numpy as np
 
@@ -114,14 +115,8 @@ ARG_NAMES = {
 def unit_roundoff(dtypes: Sequence[str]) -> np.ndarray:
     """Unit roundoff per dtype text (``torch.bfloat16``, ``Float16``, ...); 0 for integer and bool dtypes,
     NaN for what is not a tensor dtype (``<class 'float'>``, ``torch.Size``, ``None``)."""
-    cache = {}
-    out = np.empty(len(dtypes))
-    for i, d in enumerate(dtypes):  # few distinct dtypes: the cache makes this a dict lookup per row
-        u = cache.get(d)
-        if u is None:
-            u = cache[d] = _unit_of(d)
-        out[i] = u
-    return out
+    units = {d: _unit_of(d) for d in set(dtypes)}  # few distinct dtypes
+    return np.fromiter(map(units.__getitem__, dtypes), dtype=np.float64, count=len(dtypes))
 
 
 def _unit_of(d) -> float:
@@ -164,6 +159,44 @@ class Facts:
     max_abs: Optional[np.ndarray] = None
     pos_mismatch: Optional[np.ndarray] = None
     rg_bad: Optional[np.ndarray] = None
+
+
+class Reasons(Sequence):
+    """The ``why`` text per row: a list whose entries for NOISE rows are built on first access."""
+
+    __slots__ = ("_texts", "_build", "_n")
+
+    def __init__(self, n: int, build):
+        self._texts: dict = {}
+        self._build = build
+        self._n = n
+
+    def fill(self, i: int) -> None:
+        self._texts[i] = self._build(i)
+
+    def set(self, i: int, text: str) -> None:
+        self._texts[i] = text
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(self._n))]
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError(i)
+        t = self._texts.get(i)
+        if t is None:
+            t = self._texts[i] = self._build(i)
+        return t
+
+    def __eq__(self, other) -> bool:
+        return list(self) == list(other)
+
+    def __repr__(self) -> str:
+        return f"Reasons({self._n} rows)"
 
 
 @dataclass
@@ -356,7 +389,11 @@ def judge(f: Facts) -> Judgement:
     if f.pos_mismatch is not None:
         nonfin_t_only = nonfin_t_only | (tens & pm & ~fin_t)
     # per API aggregates over tensor rows
-    uniq, inv = np.unique(api, return_inverse=True)
+    # one id per API call: a dump key's rows are contiguous in report order (target order)
+    new_call = np.ones(n, dtype=bool)
+    new_call[1:] = api[1:] != api[:-1]
+    inv = np.cumsum(new_call) - 1
+    uniq = api[new_call]
     n_api = len(uniq)
     is_in = (state == "input") | (state == "parameters")
     is_out = (state == "output")
@@ -472,19 +509,21 @@ def judge(f: Facts) -> Judgement:
     v = np.where(rg_warn, WARN, v).astype(np.int8)
     score = np.where(is_arg, np.where(arg_fail | arg_warn, np.inf, 0.0), score)
     score = np.where(matched, score, np.nan)
-    # --- reasons (non-PASS rows, plus PASS rows that hold inf/NaN)
+    # --- reasons: built now for red and yellow rows (and PASS rows holding inf/NaN), on first access for
+    # the NOISE rows (a bf16 run has hundreds of thousands of them)
     names = f.names
-    for i in np.flatnonzero(v >= NOISE).tolist():
+
+    def reason(i: int) -> str:
         vi = v[i]
+        if vi < NOISE:
+            return ""
         if is_arg[i]:
             a, b = f.t_value[i], f.g_value[i]
             label = _arg_label(names[i], f.api[i])
             extra = " (slightly: may be computed from a tensor)" if arg_warn[i] else ""
-            why[i] = f"argument {label} differs{extra}: {_fmt_value(a)} vs {_fmt_value(b)}"
-            continue
+            return f"argument {label} differs{extra}: {_fmt_value(a)} vs {_fmt_value(b)}"
         if rg_warn[i] and vi == WARN:
-            why[i] = "requires_grad differs between target and golden"
-            continue
+            return "requires_grad differs between target and golden"
         u = float(unit[i])
         lab = _dtype_label(u, f.t_dtype[i], f.g_dtype[i])
         s = float(score[i])
@@ -495,40 +534,45 @@ def judge(f: Facts) -> Judgement:
         c = float(ctx[i]) if not np.isnan(ctx[i]) else None
         if nonfin_t_only[i]:
             t_nf = [STAT_LABELS[j] + " " + repr(float(f.t_stats[j, i])) for j in range(2) if not np.isfinite(f.t_stats[j, i])]
-            why[i] = ("NaN/inf on target only (" + ", ".join(t_nf) + ")" +
+            return ("NaN/inf on target only (" + ", ".join(t_nf) + ")" +
                       ("" if vi == FAIL else ": inherited, its inputs already hold NaN/inf"))
         elif vi == NOISE:
             if within_own[i]:
-                why[i] = f"{e_txt}: within {lab} rounding ({_pct(own_bound[i])})"
+                return f"{e_txt}: within {lab} rounding ({_pct(own_bound[i])})"
             elif within_acc[i]:
-                why[i] = f"{e_txt}: within accumulated {lab} rounding ({_pct(acc_bound[i])})"
+                return f"{e_txt}: within accumulated {lab} rounding ({_pct(acc_bound[i])})"
             elif below_floor[i] and not explained[i]:
-                why[i] = f"{e_txt}: below the {_pct(MIN_FAIL)} floor of reduced-precision kernels"
+                return f"{e_txt}: below the {_pct(MIN_FAIL)} floor of reduced-precision kernels"
             elif is_in[i]:
-                why[i] = f"{e_txt}: {lab} rounding carried from earlier ops (nothing failed before this row)"
+                return f"{e_txt}: {lab} rounding carried from earlier ops (nothing failed before this row)"
             else:
-                why[i] = (f"{e_txt}: explained by its inputs' difference ({_pct(c or 0.0)}) and {lab} rounding "
+                return (f"{e_txt}: explained by its inputs' difference ({_pct(c or 0.0)}) and {lab} rounding "
                           f"(nothing failed before this row)")
         elif vi == WARN:
             if is_in[i]:
-                why[i] = f"{e_txt}: inherited, the input already differs beyond {lab} rounding"
+                return f"{e_txt}: inherited, the input already differs beyond {lab} rounding"
             elif c is None:
-                why[i] = f"{e_txt}: beyond {lab} rounding; its module's inputs were not dumped, cannot attribute"
+                return f"{e_txt}: beyond {lab} rounding; its module's inputs were not dumped, cannot attribute"
             else:
-                why[i] = f"{e_txt}: inherited, its inputs already differ by {_pct(c)}"
+                return f"{e_txt}: inherited, its inputs already differ by {_pct(c)}"
         elif vi == FAIL:
             if entering[i]:
-                why[i] = (f"{e_txt} on an input no compared op produced (beyond {lab} rounding): the op that made "
+                return (f"{e_txt} on an input no compared op produced (beyond {lab} rounding): the op that made "
                           f"it is unmatched or not dumped")
             elif c is None or c <= own_bound[i]:
-                why[i] = f"{e_txt} while its inputs agree within {lab} rounding"
+                return f"{e_txt} while its inputs agree within {lab} rounding"
             else:
-                why[i] = f"{e_txt} while its inputs differ by only {_pct(c)}"
+                return f"{e_txt} while its inputs differ by only {_pct(c)}"
+        return ""
+
+    why = Reasons(n, reason)
+    for i in np.flatnonzero(v >= WARN).tolist():
+        why.fill(i)
     with np.errstate(invalid="ignore"):
         pass_nf = np.flatnonzero((v == PASS) & ~(np.all(np.isfinite(f.t_stats), axis=0) | ~tens))
     for i in pass_nf.tolist():
         vals = {repr(float(x)) for x in f.t_stats[:, i] if not np.isfinite(x)}
-        why[i] = f"both sides {'/'.join(sorted(vals))}: equal"
+        why.set(i, f"both sides {'/'.join(sorted(vals))}: equal")
     return Judgement(v, why, score, stat, unit, is_arg, use_in)
 
 
