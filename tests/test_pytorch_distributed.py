@@ -224,6 +224,65 @@ def test_async_collectives_are_recorded_when_complete(run):
                               "Distributed.broadcast.0.forward", "Distributed.all_reduce.3.forward"]
 
 
+def test_collectives_have_no_backward_record(run):
+    for (step, r), data in run["data"].items():
+        assert not [k for k in data if k.startswith("Distributed.") and k.endswith(".backward")], (step, r)
+
+
+# ------------------------------------------------------------------------------------------ one process
+def _single_process_dump(tmp_path, body):
+    import torch  # noqa: F401
+    from msprobe.pytorch import PrecisionDebugger
+    PrecisionDebugger._reset_for_tests()
+    cfg = {"task": "statistics", "dump_path": str(tmp_path / "dump"), "rank": [], "step": [], "level": "L1",
+           "async_dump": False}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    try:
+        dbg = PrecisionDebugger(config_path=str(tmp_path / "config.json"))
+        body(dbg)
+    finally:
+        PrecisionDebugger._reset_for_tests()
+    return _load(tmp_path / "dump" / "step0" / "rank" / "dump.json")["data"]
+
+
+def test_custom_api_writing_without_a_version_bump(tmp_path):
+    """A registered custom op that writes its argument behind autograd's back (as a backend does): the
+    next op reading that tensor records the new value, not the cached statistics of the old one."""
+    torch = pytest.importorskip("torch")
+    import types
+    lib = types.ModuleType("backendlib")
+
+    def fill(t, value):
+        t.detach().numpy()[...] = value          # no _version bump, like a collective or an NPU kernel
+
+    lib.fill = fill
+    x = torch.ones(4)
+    base = torch.zeros(6)
+    view = base[2:]
+
+    def body(dbg):
+        dbg.register_custom_api(lib, "fill", "Backend")
+        dbg.start()
+        _ = x + 0
+        _ = view + 0
+        lib.fill(x, 5.0)
+        lib.fill(base, 3.0)                      # written through the base: the view changes too
+        _ = x * 1
+        _ = view * 1
+        torch.add(x, 1, out=x)                   # out=: measured afresh
+        _ = x - 0
+        dbg.stop()
+        dbg.step()
+
+    data = _single_process_dump(tmp_path, body)
+    assert data["Tensor.__add__.0.forward"]["input_args"][0]["Max"] == 1.0
+    assert data["Tensor.__mul__.0.forward"]["input_args"][0]["Max"] == 5.0
+    assert data["Tensor.__add__.1.forward"]["input_args"][0]["Max"] == 0.0
+    assert data["Tensor.__mul__.1.forward"]["input_args"][0]["Max"] == 3.0
+    assert data["Tensor.__sub__.0.forward"]["input_args"][0]["Max"] == 6.0
+    assert x.tolist() == [6.0] * 4                # the training's values are untouched by the tool
+
+
 # ------------------------------------------------------------------------------------------ vs the reference
 def _num_close(a, b, tol):
     if isinstance(a, bool) or isinstance(b, bool) or a is None or b is None:
