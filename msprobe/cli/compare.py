@@ -84,7 +84,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     x.add_argument("-tensor_log", "--is_print_compare_log", dest="tensor_log", action="store_true",
                    help="tensor mode: log one line per compared tensor pair")
     x.add_argument("-j", "--jobs", type=int, default=0, help="parallel workers for ranks / tensor files (default: automatic)")
-    x.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    x.add_argument("-q", "--quiet", action="store_true",
+                   help="no live progress display (shown only on a terminal, or with MSPROBE_PROGRESS=1); the "
+                        "one-line-per-stage log stays")
     ref = p.add_argument_group("reference 26.x options that msprobe refuses with a pointer (docs/compatibility.md)")
     ref.add_argument("-m", "--mode", default=None, metavar="MODE",
                      help="only 'auto' (the dump.json compare) is supported; the other modes are other tools")
@@ -156,33 +158,6 @@ def _legacy_config(path: str):
     return obj["npu_path"], obj["bench_path"], stack, log_flag, kernel
 
 
-class _Bar:
-    """A tqdm bar per rank, updated with (stage, done, total); silent when stderr is not a terminal."""
-
-    def __init__(self, label, enabled: bool):
-        self.bar = None
-        self.stage = None
-        if enabled:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=1, desc=f"compare {label or ''}".strip(), unit="step", leave=False, file=sys.stderr,
-                            dynamic_ncols=True)
-
-    def __call__(self, stage, done, total):
-        if self.bar is None:
-            return
-        if stage != self.stage:
-            self.stage = stage
-            self.bar.set_postfix_str(stage)
-            self.bar.reset(total=max(total, 1))
-        self.bar.n = done
-        self.bar.refresh()
-
-    def close(self):
-        if self.bar is not None:
-            self.bar.close()
-
-
 def run(args) -> int:
     from msprobe.core.compare.config import CompareConfig
     from msprobe.core.compare.runner import run_compare
@@ -239,8 +214,12 @@ def run(args) -> int:
     from msprobe.pytorch.tensor_io import install_fallback
 
     install_fallback()
-    show = cfg.progress and sys.stderr.isatty()
-    results = run_compare(cfg, progress_factory=(lambda label: _Bar(label, True)) if show else None)
+    # stages (read, match, metrics, write) with counts and times: one INFO line each, and a live display on a
+    # terminal (msprobe.core.progress; MSPROBE_PROGRESS=1/0 forces it on/off, -q turns it off)
+    from msprobe.core.progress import Progress, display_wanted
+
+    with Progress("compare", display=display_wanted(quiet=not cfg.progress)) as prog:
+        results = run_compare(cfg, progress_factory=prog.job)
     _summary(results)
     _analysis(results, acfg)
     _banner()

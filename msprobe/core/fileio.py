@@ -333,6 +333,12 @@ def place_file(src: str, final_path: str, mode: int = 0o640) -> str:
             return atomic_write(final_path, lambda tmp: shutil.copyfile(src, tmp), mode)
 
 
+#: ``observer(kind, path)`` told of every temporary file ("tmp") and finished output ("done") of
+#: :func:`atomic_write`; a worker process (msprobe.core.procpool) sets it so that its parent can remove
+#: them when it has to kill the worker (Ctrl-C, another worker's failure).
+write_observer: Optional[Callable[[str, str], None]] = None
+
+
 def atomic_write(final_path: str, write: Callable[[str], None], mode: int = 0o640) -> str:
     """Run ``write(tmp_path)`` and move the result to ``final_path`` without ever replacing a file.
 
@@ -342,25 +348,34 @@ def atomic_write(final_path: str, write: Callable[[str], None], mode: int = 0o64
     directory = os.path.dirname(os.path.abspath(final_path))
     fd, tmp = tempfile.mkstemp(prefix=".msprobe-", suffix=".tmp", dir=directory)
     os.close(fd)
+    if write_observer is not None:
+        write_observer("tmp", tmp)
     try:
-        write(tmp)
-        os.chmod(tmp, mode)
-        target = final_path
-        while True:
-            try:
-                os.link(tmp, target)
-                break
-            except FileExistsError:
-                target = unique_path(target)
-            except OSError as exc:
-                if exc.errno in (errno.EPERM, errno.ENOTSUP, errno.EXDEV):  # filesystem without hard links
-                    if os.path.lexists(target):
-                        target = unique_path(target)
-                        continue
-                    os.replace(tmp, target)
-                    return target
-                raise
+        target = _atomic_place(tmp, final_path, write, mode)
+        if write_observer is not None:
+            write_observer("done", target)
         return target
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _atomic_place(tmp: str, final_path: str, write: Callable[[str], None], mode: int) -> str:
+    write(tmp)
+    os.chmod(tmp, mode)
+    target = final_path
+    while True:
+        try:
+            os.link(tmp, target)
+            break
+        except FileExistsError:
+            target = unique_path(target)
+        except OSError as exc:
+            if exc.errno in (errno.EPERM, errno.ENOTSUP, errno.EXDEV):  # filesystem without hard links
+                if os.path.lexists(target):
+                    target = unique_path(target)
+                    continue
+                os.replace(tmp, target)
+                return target
+            raise
+    return target

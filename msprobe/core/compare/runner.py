@@ -6,7 +6,6 @@ import logging
 import os
 import re
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Tuple
 
@@ -216,14 +215,16 @@ def write_report(rep: Report, path: str, fmt: str) -> str:
 
 
 def run_job(cfg: CompareConfig, job: RankJob, out_dir: str, ts: str,
-            progress: Optional[Callable[[str, int, int], None]] = None) -> RankResult:
+            progress: Optional[Callable[..., None]] = None) -> RankResult:
+    """Compare one pair and write its report. ``progress(stage, done, total, unit=None, detail=None)`` is told
+    the stages read, match, metrics (in compare_dumps) and write (msprobe.core.progress)."""
     start = time.perf_counter()
     if job.out_sub:
         out_dir = ensure_output_dir(os.path.join(out_dir, job.out_sub))
     rep = compare_dumps(cfg, job.target_json, job.golden_json, progress=progress)
     path = unique_path(os.path.join(out_dir, report_name(job.label, cfg.fmt, ts, _is_debug(job.target_json))))
     if progress:
-        progress("write", 0, 1)
+        progress("write", 0, rep.rows, "rows", cfg.fmt)
     written = write_report(rep, path, cfg.fmt)
     if rep.layer_rows is not None:
         from msprobe.core.compare.mapping import write_data_mapping
@@ -232,38 +233,47 @@ def run_job(cfg: CompareConfig, job: RankJob, out_dir: str, ts: str,
         side = write_data_mapping(rep.layer_rows, os.path.join(out_dir, f"data_mapping{middle}_{ts}.yaml"))
         log.info("layer mapping: %d rows paired; saved as %s (reusable with -dm)", len(rep.layer_rows), side)
     if progress:
-        progress("write", 1, 1)
+        progress("write", rep.rows, rep.rows, "rows", os.path.basename(written))
     return RankResult(job.label, written, rep, time.perf_counter() - start, job.target_json, job.golden_json,
                       job.out_sub)
 
 
-def _run_job_quiet(args):
-    cfg, job, out_dir, ts = args
-    try:
-        return run_job(cfg, job, out_dir, ts)
-    except Exception as exc:  # noqa: BLE001 - handed to the parent, which raises the first one
-        return exc
+def job_label(job: RankJob) -> Optional[str]:
+    """How a job is named in progress lines: its rank dir, under its graph/pynative step for that layout."""
+    return os.path.join(job.out_sub, job.label or "") if job.out_sub else job.label
+
+
+def _end(bar, ok: bool) -> None:
+    """Finish (ok) or abandon a progress job; older progress objects only have close()."""
+    if bar is None:
+        return
+    end = getattr(bar, "finish" if ok else "abandon", None) or getattr(bar, "close", None)
+    if end is not None:
+        end()
 
 
 def run_compare(cfg: CompareConfig, progress_factory=None) -> List[RankResult]:
-    """Plan, run every rank (in parallel processes when there are several), write the reports."""
+    """Plan, run every rank (in parallel processes when there are several), write the reports.
+
+    ``progress_factory(label)`` gives each rank's progress callable (msprobe.core.progress.Progress.job).
+    Anything going wrong, Ctrl-C included, stops the rank workers at once and leaves no report behind."""
     jobs = plan(cfg)
     out_dir = ensure_output_dir(cfg.output_dir)
     ts = time.strftime("%Y%m%d%H%M%S")
     workers = cfg.jobs if cfg.jobs > 0 else min(len(jobs), os.cpu_count() or 1)
     results: List[RankResult] = []
+    bars = {i: progress_factory(job_label(job)) for i, job in enumerate(jobs)} if progress_factory else {}
     try:
         if len(jobs) == 1 or workers <= 1:
-            for job in jobs:
-                bar = progress_factory(job.label) if progress_factory else None
-                try:
-                    results.append(run_job(cfg, job, out_dir, ts, progress=bar))
-                finally:
-                    if bar is not None and hasattr(bar, "close"):
-                        bar.close()
+            for i, job in enumerate(jobs):
+                results.append(run_job(cfg, job, out_dir, ts, progress=bars.get(i)))
+                _end(bars.get(i), True)
             return results
-        return _run_parallel(cfg, jobs, out_dir, ts, workers, progress_factory, results)
+        return _run_parallel(cfg, jobs, out_dir, ts, workers, bars, results)
     except BaseException:
+        for bar in bars.values():
+            if not getattr(bar, "finished", False):
+                _end(bar, False)
         # a failed run leaves no reports behind: remove what the ranks that succeeded wrote
         for res in results:
             try:
@@ -273,26 +283,24 @@ def run_compare(cfg: CompareConfig, progress_factory=None) -> List[RankResult]:
         raise
 
 
-def _run_parallel(cfg, jobs, out_dir, ts, workers, progress_factory, results):
-    import multiprocessing as mp
+def _run_parallel(cfg, jobs, out_dir, ts, workers, bars, results):
+    """Ranks in worker processes (msprobe.core.procpool): their progress comes back as events; Ctrl-C or a
+    failing rank terminates the others at once, and their temporary and finished files are removed."""
+    from msprobe.core.procpool import run_tasks
 
-    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
-    bars = {i: progress_factory(os.path.join(job.out_sub, job.label or "") if job.out_sub else job.label)
-            for i, job in enumerate(jobs)} if progress_factory else {}
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        futures = [(job, pool.submit(_run_job_quiet, (cfg, job, out_dir, ts))) for job in jobs]
-        error = None
-        for i, (job, fut) in enumerate(futures):
-            res = fut.result()  # wait for every rank, so all written reports are known
-            bar = bars.get(i)
-            if bar is not None:
-                if not isinstance(res, Exception):
-                    bar("done", 1, 1)
-                bar.close()
-            if isinstance(res, Exception):
-                error = error or res
-            else:
-                results.append(res)
-        if error is not None:
-            raise error
+    def task(job, emit):
+        return run_job(cfg, job, out_dir, ts, progress=lambda stage, done=0, total=None, unit=None, detail=None:
+                       emit(stage, done, total, unit, detail))
+
+    def on_event(i, *args):
+        bar = bars.get(i)
+        if bar is not None:
+            bar(*args)
+
+    def on_result(i, res):
+        results.append(res)              # known at once: removed again if a later rank fails
+        _end(bars.get(i), True)
+
+    results[:] = run_tasks(task, jobs, workers, on_event=on_event, on_result=on_result, remove_written=True,
+                           name="msprobe-compare")          # in job order
     return results

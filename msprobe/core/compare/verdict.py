@@ -198,6 +198,11 @@ class Reasons(Sequence):
     def __repr__(self) -> str:
         return f"Reasons({self._n} rows)"
 
+    def __reduce__(self):
+        # a rank compared in a worker process sends its Report back pickled: as a plain list of texts
+        # (the builder is a local function, which pickle cannot carry)
+        return (list, (list(self),))
+
 
 @dataclass
 class Judgement:
