@@ -100,10 +100,10 @@ def _worker(rank, port, out):
     work2.get_future().wait()
     u.add_(0)                                         # Tensor.add_.0: reads the reduced u
     dist.broadcast(s, src=0)                          # Distributed.broadcast.0
-    work3 = dist.all_reduce(s, async_op=True)         # Distributed.all_reduce.3: never waited by the user
-    dbg.stop()                                        # (recorded at the flush)
+    work3 = dist.all_reduce(s, async_op=True)         # Distributed.all_reduce.3: waited after stop()
+    dbg.stop()
+    work3.wait()                                      # (recorded then, written at step())
     dbg.step()
-    work3.wait()
     expected["step2"] = [base.clone(), t * 2, u.clone(), s.clone()]
     torch.save(expected, os.path.join(out, f"expected{rank}.pt"))
     dist.destroy_process_group()
@@ -217,7 +217,7 @@ def test_async_collectives_are_recorded_when_complete(run):
         _assert_stats(data["Distributed.all_reduce.2.forward"]["output"][0], u, "async output (future)")
         _assert_stats(data["Tensor.add_.0.forward"]["input_args"][0], u, "add_ after future")
         _assert_stats(data["Distributed.broadcast.0.forward"]["output"][0], torch.full((3,), 5.0), "broadcast")
-        _assert_stats(data["Distributed.all_reduce.3.forward"]["output"][0], s, "async output (flush)")
+        _assert_stats(data["Distributed.all_reduce.3.forward"]["output"][0], s, "async output (wait after stop)")
         assert list(data) == ["Tensor.__add__.0.forward", "Distributed.all_reduce.0.forward",
                               "Tensor.__mul__.0.forward", "Distributed.all_reduce.1.forward",
                               "Tensor.div_.0.forward", "Distributed.all_reduce.2.forward", "Tensor.add_.0.forward",

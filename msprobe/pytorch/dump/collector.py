@@ -16,6 +16,7 @@ import torch
 from msprobe.core.dump import writer as jw
 from msprobe.core.dump.collector_base import CollectorBase
 from msprobe.core.dump.records import builtin_record
+from msprobe.pytorch.tensor_io import save_tensor, tensor_file_name
 from msprobe.pytorch.dump.stats import StatBuffer, _plain, _tensor_type_name, crc32_deferred
 
 MAX_DEPTH = 400
@@ -62,7 +63,7 @@ class TensorWriter:
         self._q.put(fn)
 
     def save(self, tensor, path):
-        self.submit(lambda: torch.save(tensor, path))
+        self.submit(lambda: save_tensor(tensor, path))   # atomic: no partial .pt under its final name
 
     def link(self, existing, path, tensor):
         """``path`` as a hard link to the already saved ``existing`` (same bytes); a copy where links fail.
@@ -71,7 +72,7 @@ class TensorWriter:
             try:
                 os.link(existing, path)
             except OSError:
-                torch.save(tensor.clone().contiguous(), path)
+                save_tensor(tensor.clone().contiguous(), path)
         self.submit(make)
 
     def take_errors(self):
@@ -139,7 +140,7 @@ class Collector(CollectorBase):
             if p is None:
                 p = _plain(t)
             if not p.is_meta:
-                fname = data_name + ".pt"
+                fname = tensor_file_name(data_name)   # no path separator from a module name
                 path = os.path.join(self.tensor_dir, fname)
                 first = slot.path if slot is not None else None
                 if first is not None and first != path:
@@ -268,41 +269,32 @@ class Collector(CollectorBase):
 
     def api_outputs_later(self, name, rec, works, args, kwargs):
         """An async collective (``async_op=True``, isend/irecv, batch_isend_irecv): its tensors are final
-        only once its Work objects complete. The output is recorded at ``wait()`` (or when a later
-        captured call finds them completed), at the latest at the next flush."""
-        if rec is not None and self.fwd_out:
-            rec["output"] = None          # keeps the key order; filled when the works complete
+        only once its Work objects complete. The output is recorded at ``wait()``, or when a later
+        captured call or a flush finds them completed. The tool never waits itself (a pipeline's
+        irecv may complete only after this rank's next send): a work still running when the step
+        ends leaves the record without ``output``."""
         self.pending_async.append((works, rec, name, args, kwargs))
 
-    def async_done(self, work=None, wait=False):
-        """Record the outputs of the pending async collectives whose works are complete: all of them
-        (``wait``: after waiting for each), those of ``work`` (its ``wait()`` returned), or (neither)
-        those found completed."""
+    def async_done(self, work=None):
+        """Record the outputs of the pending async collectives whose works are all complete (``work``:
+        its ``wait()`` just returned)."""
         pending = self.pending_async
         if not pending:
             return
         keep = []
         done = []
         for entry in pending:
-            works = entry[0]
-            if wait:
-                for w in works:
-                    try:
-                        w.wait()
-                    except Exception:
-                        pass
-                done.append(entry)
-            elif all(w is work or _completed(w) for w in works):
+            if all(w is work or _completed(w) for w in entry[0]):
                 done.append(entry)
             else:
                 keep.append(entry)
         if not done:
             return
         self.pending_async = keep
+        self.dirty = True
         self.stats.forget_all()          # the backend wrote without bumping any version counter
         for _works, rec, name, args, kwargs in done:
             if rec is not None:
-                rec.pop("output", None)
                 self.api_outputs(name, rec, None, True, args, kwargs)
 
     def api_backward(self, name, grad_outputs, grad_inputs):
@@ -355,7 +347,7 @@ class Collector(CollectorBase):
                 and not self.pending_async:
             return
         self.dirty = False
-        self.async_done(wait=True)
+        self.async_done()
         for finish in list(self.pending_backward.values()):
             finish()
         self.stats.resolve()
