@@ -998,13 +998,18 @@ def test_tensor_list_saves_only_matching_tensors(tmp_path):
 
 
 def test_existing_dump_is_not_overwritten(tmp_path):
+    """A rerun into the same dump_path is not refused (no exception into the training script): the earlier
+    run's rank directory is moved to previous_<ts>/ intact, the new run's records are not mixed with it."""
     cfg = write_config(tmp_path)
     net_step(PrecisionDebugger(config_path=cfg))
     PrecisionDebugger._reset_for_tests()
     before = (rank_dir(tmp_path) / "dump.json").read_bytes()
-    with pytest.raises(MsprobeError, match="already holds a dump"):
-        PrecisionDebugger(config_path=cfg)
-    assert (rank_dir(tmp_path) / "dump.json").read_bytes() == before
+    net_step(PrecisionDebugger(config_path=cfg))
+    prev = [p for p in os.listdir(tmp_path / "dump") if p.startswith("previous_")]
+    assert len(prev) == 1
+    moved = tmp_path / "dump" / prev[0] / rank_dir(tmp_path).relative_to(tmp_path / "dump")
+    assert (moved / "dump.json").read_bytes() == before
+    assert (rank_dir(tmp_path) / "dump.json").is_file()
 
 
 def test_distributed_all_reduce_single_rank(tmp_path):

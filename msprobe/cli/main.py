@@ -86,8 +86,11 @@ def main(argv: Optional[List[str]] = None, exiting: bool = False) -> int:
     from msprobe.core.errors import MsprobeError
 
     created = _created_output_dirs(args)
+    from msprobe.core.resources import process_guards
+
     try:
-        return int(module.run(args) or 0)
+        with process_guards():  # forked workers die with this process; SIGTERM stops it like Ctrl-C
+            return int(module.run(args) or 0)
     except MsprobeError as exc:
         _remove_if_empty(created)
         print(f"msprobe: error: {exc}", file=sys.stderr)

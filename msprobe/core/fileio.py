@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import tempfile
 from typing import Callable, Optional
@@ -297,11 +298,12 @@ def ensure_output_dir(path: str) -> str:
     if os.path.exists(path) and not os.path.isdir(path):
         raise MsprobeError(f"output path {path} exists and is not a directory; choose another -o")
     try:
-        os.makedirs(path, mode=0o750, exist_ok=True)
+        make_dirs(path, 0o750)
     except OSError as exc:
         raise MsprobeError(f"cannot create output directory {path}: {exc.strerror}; choose another -o")
     if not os.access(path, os.W_OK | os.X_OK):
         raise MsprobeError(f"output directory {path} is not writable by this user; choose another -o or fix its permissions")
+    clean_stale_temps(path)
     return path
 
 
@@ -346,18 +348,148 @@ def atomic_write(final_path: str, write: Callable[[str], None], mode: int = 0o64
     The temporary file is removed on any failure.
     """
     directory = os.path.dirname(os.path.abspath(final_path))
-    fd, tmp = tempfile.mkstemp(prefix=".msprobe-", suffix=".tmp", dir=directory)
+    try:
+        # the pid in the name lets a later run remove what a killed run left (clean_stale_temps)
+        fd, tmp = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise output_error(exc, final_path) from None
     os.close(fd)
     if write_observer is not None:
         write_observer("tmp", tmp)
     try:
-        target = _atomic_place(tmp, final_path, write, mode)
+        try:
+            target = _atomic_place(tmp, final_path, write, mode)
+        except MsprobeError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a full disk, a quota, permissions: one clear line
+            err = output_error(exc, final_path, tmp)
+            if err is None:
+                raise
+            raise err from None
         if write_observer is not None:
             write_observer("done", target)
         return target
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+#: temporary files of :func:`atomic_write` are named ``.msprobe-<pid>-<random>.tmp`` (graph work dirs
+#: ``.msprobe-graph-<pid>-<random>``)
+TEMP_PREFIX = ".msprobe-"
+_STALE_RE = re.compile(r"^\.msprobe-(?:graph-)?(\d+)-[^/]*$")
+
+_NO_SPACE = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG)
+
+
+def _is_no_space(exc: BaseException) -> bool:
+    if isinstance(exc, OSError) and exc.errno in _NO_SPACE:
+        return True
+    # sqlite3.OperationalError, zipfile/openpyxl wrappers: judged by their message
+    text = str(exc).lower()
+    return "disk is full" in text or "no space left" in text or "quota exceeded" in text
+
+
+def output_error(exc: BaseException, final_path: str, tmp: Optional[str] = None) -> Optional[MsprobeError]:
+    """The one-line MsprobeError for a failure writing the output ``final_path`` (None: not an I/O problem,
+    a bug to show as such).  A full disk names the folder, what was written when it filled and what is free."""
+    directory = os.path.dirname(os.path.abspath(final_path))
+    name = os.path.basename(final_path)
+    if _is_no_space(exc):
+        written = 0
+        if tmp:
+            try:
+                written = os.path.getsize(tmp)
+            except OSError:
+                pass
+        try:
+            st = os.statvfs(directory)
+            free = human_size(st.f_bavail * st.f_frsize)
+        except OSError:
+            free = "?"
+        need = f"more than {human_size(written)} needed, " if written else ""
+        return MsprobeError(f"no space left on device in {directory} while writing {name} ({need}{free} free); "
+                            f"free some space or choose another output directory (nothing was left under that name)")
+    if isinstance(exc, OSError):
+        what = exc.strerror or str(exc)
+        if exc.errno == errno.ENAMETOOLONG:
+            return MsprobeError(f"cannot write {name[:80]}{'...' if len(name) > 80 else ''} in {directory[:200]}: "
+                                f"file name too long ({len(name)} characters); use shorter names")
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return MsprobeError(f"cannot write {name} in {directory}: {what}; choose another output directory "
+                                f"or fix its permissions")
+        return MsprobeError(f"cannot write {name} in {directory}: {what}")
+    return None
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: alive, another user's
+        return True
+    return True
+
+
+def clean_stale_temps(directory: str) -> int:
+    """Remove the temporary files (and graph work dirs) that a killed msprobe left in ``directory``:
+    those named with the pid of a process that no longer runs.  A running msprobe's are left alone
+    (two commands may share an output directory).  Returns how many were removed."""
+    removed = 0
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return 0
+    for name in names:
+        m = _STALE_RE.match(name)
+        if not m or _pid_alive(int(m.group(1))):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
+            removed += 1
+        except OSError:
+            pass
+    return removed
+
+
+def safe_name(name: str, what: str) -> str:
+    """``name`` as one file name inside an output folder: refused when it has a directory part, is
+    ``.``/``..``, holds a NUL or is longer than a file name may be (names come from dump.json: a
+    module or API name must not place a file outside the output folder)."""
+    if (not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\\" in name
+            or "\x00" in name or len(name.encode("utf-8", "surrogatepass")) > 255):
+        shown = repr(name)[:120]
+        raise MsprobeError(f"{what} {shown} cannot be used as a file name (it must be one name of at most 255 "
+                           f"bytes, without '/', '\\' or '..'); the dump entry is damaged or was edited")
+    return name
+
+
+def make_dirs(path: str, mode: int = 0o750) -> str:
+    """``os.makedirs`` where every directory created gets ``mode`` (os.makedirs gives the levels above the
+    last one the default 0777 & ~umask, i.e. group-writable under umask 002)."""
+    path = os.path.abspath(path)
+    missing = []
+    p = path
+    while not os.path.isdir(p):
+        missing.append(p)
+        parent = os.path.dirname(p)
+        if parent == p:
+            break
+        p = parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, mode)
+        except FileExistsError:
+            if not os.path.isdir(d):
+                raise
+    return path
 
 
 def _atomic_place(tmp: str, final_path: str, write: Callable[[str], None], mode: int) -> str:

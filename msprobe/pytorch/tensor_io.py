@@ -1,4 +1,8 @@
-"""torch-based loader for ``.pt`` tensor files: the fallback of :mod:`msprobe.core.io.tensors`.
+"""torch-based ``.pt`` tensor files: writing them for the dump, and the loader fallback of
+:mod:`msprobe.core.io.tensors`.
+
+:func:`save_tensor` writes a dumped tensor atomically (temporary name, then rename; mode 0640), so a
+kill or a full disk never leaves a partial or empty ``.pt`` under its final name.
 
 The torch-free reader in ``msprobe.core.io.tensors`` handles every file msprobe dumps; this
 module is for the rest (the legacy non-zip ``torch.save`` format, unusual objects).  torch is
@@ -17,7 +21,7 @@ import numpy as np
 
 from msprobe.core.io.tensors import TensorReadError, register_fallback
 
-__all__ = ["load_pt_with_torch", "install_fallback"]
+__all__ = ["load_pt_with_torch", "install_fallback", "save_tensor", "tensor_file_name"]
 
 # dtypes torch cannot hand to numpy directly; widened exactly to float32
 _WIDEN_TO_FLOAT32 = (
@@ -78,3 +82,19 @@ def load_pt_with_torch(path) -> np.ndarray:
 def install_fallback() -> None:
     """Make :func:`msprobe.core.io.tensors.load_pt` retry unsupported formats with torch."""
     register_fallback(load_pt_with_torch)
+
+
+def tensor_file_name(data_name: str, ext: str = ".pt") -> str:
+    """The file name of a dumped tensor: ``data_name`` + ``ext`` with every path separator (and NUL)
+    replaced by ``_``, so a module or API name holding ``/`` or ``..`` cannot place a file outside
+    dump_tensor_data."""
+    name = data_name.replace("/", "_").replace("\\", "_").replace("\x00", "_")
+    return name + ext
+
+
+def save_tensor(tensor, path, mode: int = 0o640) -> str:
+    """``torch.save(tensor, path)`` through a temporary file and an atomic rename (see the module doc)."""
+    from msprobe.core.dump.writer import write_path
+
+    torch = _import_torch(path)
+    return write_path(path, lambda tmp: torch.save(tensor, tmp), mode)

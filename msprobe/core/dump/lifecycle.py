@@ -1,5 +1,15 @@
 """The dump lifecycle shared by the PyTorch and MindSpore debuggers: steps, ranks, start/stop/step, flushing.
 
+Crashes and reruns (docs/reliability.md "Crashed training"):
+
+* While a step is being recorded its rank directory holds ``dump_incomplete.json`` (see
+  :data:`INCOMPLETE_NAME`); it is removed once the step's files are written at stop()/step().  A run that
+  dies meanwhile (exception, SIGTERM, SIGKILL) leaves it behind, and ``compare`` / ``graph`` say that the
+  dump is incomplete.  On an exception the files recorded so far are still written at exit (valid JSON).
+* A rerun with the same dump_path never mixes runs: before this process writes its first step, the rank
+  directories of *its own rank* left by an earlier run are moved to ``dump_path/previous_<ts>/stepN/rankR``
+  (one warning; other ranks' directories are never touched).
+
 A framework's ``Service`` subclasses :class:`DumpLifecycle` and supplies what differs: how to read the
 distributed rank, how to check the model passed to ``start``, and how to switch recording on and off
 (its hooks, patches and runtime flags).  Everything here is framework-free.
@@ -8,17 +18,54 @@ distributed rank, how to check the model passed to ``start``, and how to switch 
 from __future__ import annotations
 
 import atexit
-import glob
 import logging
 import os
+import re
+import time
 
 from msprobe.core.errors import MsprobeError
 
 log = logging.getLogger("msprobe")
 
+#: left in a rank directory while its step is being recorded; still there = the run died mid-step
+INCOMPLETE_NAME = "dump_incomplete.json"
+#: where a rerun moves an earlier run's rank directories: dump_path/previous_<ts>/stepN/rankR
+PREVIOUS_PREFIX = "previous_"
+_STEP_DIR = re.compile(r"^step\d+$")
+
 
 def rank_dir_name(rank) -> str:
     return "rank" if rank is None else f"rank{rank}"
+
+
+def incomplete_note(rank_dir: str):
+    """One line saying why the dump in ``rank_dir`` is incomplete (None when it is complete)."""
+    path = os.path.join(rank_dir, INCOMPLETE_NAME)
+    if not os.path.isfile(path):
+        return None
+    info = {}
+    try:
+        import json
+
+        with open(path, "r", encoding="utf-8") as fh:
+            info = json.load(fh)
+        if not isinstance(info, dict):
+            info = {}
+    except (OSError, ValueError, RecursionError):
+        pass
+    step = info.get("step")
+    started = info.get("started")
+    how = ("the training process exited while recording it (an exception?)" if info.get("state") == "exited"
+           else "the training process was killed or crashed while recording it")
+    last = info.get("last_record")
+    has_json = any(os.path.isfile(os.path.join(rank_dir, n)) for n in ("dump.json", "debug.json"))
+    if has_json:
+        tail = (f"the last record written is {last}" if isinstance(last, str)
+                else "records after its last stop()/step() are missing")
+    else:
+        tail = "nothing of this step was written but tensor files"
+    where = f" (step {step}, started {started})" if isinstance(step, int) and isinstance(started, str) else ""
+    return f"the dump in {rank_dir} is incomplete: {how}{where}; {tail}"
 
 
 class DumpLifecycle:
@@ -78,18 +125,41 @@ class DumpLifecycle:
         self.ended = False
         self.active_step = None     # the step whose files are open
         self._restore_pending = False
-        self._check_existing()
+        self._claimed = set()       # rank dirs this process created (an earlier run's are moved away)
+        self._marker = None         # the INCOMPLETE_NAME file of the step being recorded
+        self._started = time.strftime("%Y%m%d%H%M%S")
         atexit.register(self._at_exit)
 
-    def _check_existing(self) -> None:
-        rank = self.rank()
-        pattern = os.path.join(glob.escape(self.cfg.dump_path), "step*",
-                               rank_dir_name(rank) if rank is not None else "rank*", "*.json")
-        found = sorted(p for p in glob.glob(pattern) if os.path.basename(p) in ("dump.json", "debug.json"))
-        if found:
-            raise MsprobeError(
-                f"dump_path {self.cfg.dump_path} already holds a dump ({os.path.relpath(found[0], self.cfg.dump_path)}); "
-                "msprobe does not overwrite results: choose a new dump_path or remove the old dump")
+    def _set_aside(self, rank_name: str) -> None:
+        """Move this rank's directories of an earlier run out of the way (see the module docstring)."""
+        root = self.cfg.dump_path
+        try:
+            steps = [n for n in os.listdir(root) if _STEP_DIR.match(n)]
+        except OSError:
+            return
+        moved = []
+        dest_root = os.path.join(root, f"{PREVIOUS_PREFIX}{self._started}")
+        for step in sorted(steps):
+            src = os.path.join(root, step, rank_name)
+            if src in self._claimed or not os.path.isdir(src) or os.path.islink(src):
+                continue
+            dest = os.path.join(dest_root, step, rank_name)
+            k = 1
+            while os.path.lexists(dest):
+                dest = os.path.join(f"{dest_root}_{k}", step, rank_name)
+                k += 1
+            try:
+                from msprobe.core.fileio import make_dirs
+
+                make_dirs(os.path.dirname(dest), 0o750)
+                os.rename(src, dest)
+                moved.append(os.path.relpath(src, root))
+            except OSError as exc:
+                self.errors.record("moving the previous dump aside", exc)
+        if moved:
+            log.warning("msprobe: dump_path %s already held %s of an earlier run; moved to %s so that runs are "
+                        "never mixed", root, ", ".join(moved[:3]) + (" ..." if len(moved) > 3 else ""),
+                        os.path.relpath(dest_root, root) + os.sep)
 
     @property
     def current_iter(self) -> int:
@@ -106,6 +176,7 @@ class DumpLifecycle:
         cfg = self.cfg
         if cfg.level == "debug":
             self._open_step()
+            self._mark_recording()
             return
         self._check_start(model)
         it = self.current_iter
@@ -124,17 +195,74 @@ class DumpLifecycle:
             self._not_dumped()
             return
         self._open_step()
+        self._mark_recording()
         self._begin(model)
 
     def _open_step(self) -> None:
         it = self.current_iter
         if self.active_step == it:
             return
-        step_dir = os.path.join(self.cfg.dump_path, f"step{it}", rank_dir_name(self.rank()))
-        os.makedirs(step_dir, mode=0o750, exist_ok=True)
+        from msprobe.core.fileio import make_dirs
+
+        name = rank_dir_name(self.rank())
+        step_dir = os.path.join(self.cfg.dump_path, f"step{it}", name)
+        if step_dir not in self._claimed:
+            # a rerun: this rank's directories of the earlier run go to previous_<ts>/ (never mixed, never
+            # overwritten, never a crash of the training)
+            self._set_aside(name)
+        make_dirs(step_dir, 0o750)
+        self._claimed.add(step_dir)
         self.collector.set_dir(step_dir)
         self.errors.directory = step_dir
         self.active_step = it
+
+    # ---------------------------------------------------------------- the "step being recorded" marker
+    def _after_writes(self, fn) -> None:
+        """Run ``fn`` once the files flushed so far are on disk (async dump: queued behind them)."""
+        fn()
+
+    def _mark_recording(self) -> None:
+        step_dir = getattr(self.collector, "step_dir", None)
+        if self._marker is not None or step_dir is None:
+            return
+        path = os.path.join(step_dir, INCOMPLETE_NAME)
+        self._marker = path
+        info = {"state": "recording", "step": self.current_iter, "pid": os.getpid(),
+                "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+        def write():
+            from msprobe.core.dump.writer import write_json
+
+            write_json(path, info)
+        self._guarded("writing " + INCOMPLETE_NAME, write)
+
+    def _mark_complete(self) -> None:
+        path, self._marker = self._marker, None
+        if path is None:
+            return
+
+        def remove():
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+        self._after_writes(lambda: self._guarded("removing " + INCOMPLETE_NAME, remove))
+
+    def _mark_exited(self) -> None:
+        """At exit while recording: the files written now hold the records so far; say so in the marker."""
+        path = self._marker
+        if path is None:
+            return
+        data = getattr(self.collector, "debug" if self.cfg.level == "debug" else "data", None)
+        last = next(reversed(data), None) if isinstance(data, dict) and data else None
+        info = {"state": "exited", "step": self.active_step, "pid": os.getpid(),
+                "started": time.strftime("%Y-%m-%d %H:%M:%S"), "last_record": last}
+
+        def write():
+            from msprobe.core.dump.writer import write_json
+
+            write_json(path, info)
+        self._after_writes(lambda: self._guarded("writing " + INCOMPLETE_NAME, write))
 
     def stop(self) -> None:
         self._settle()
@@ -142,6 +270,7 @@ class DumpLifecycle:
             return
         if self._pause(in_step=False):
             self._flush()
+            self._mark_complete()
 
     def step(self) -> None:
         self._settle()
@@ -150,6 +279,7 @@ class DumpLifecycle:
         self._pause(in_step=True)
         if not self.ended:
             self._flush()
+        self._mark_complete()
         self.collector.reset()
         self._after_step()
         self.active_step = None
@@ -173,6 +303,7 @@ class DumpLifecycle:
         Called from inside a hook, so the patches are removed at the next start/stop/step."""
         self._switch_off()
         self._flush()
+        self._mark_complete()
         self.ended = True
         self._restore_pending = True
         log.info("msprobe ends successfully.")
@@ -196,6 +327,7 @@ class DumpLifecycle:
             if os.getpid() == self.pid and not self.ended and self.active_step is not None:
                 self._switch_off()
                 self._flush()
+                self._mark_exited()
             self._wait_writes()
         except Exception:  # noqa: BLE001 - nothing may fail at interpreter exit
             pass

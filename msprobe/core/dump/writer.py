@@ -71,12 +71,52 @@ def write_json(path, obj, indent=True, mode=0o640):
 
 def write_bytes(path, data, mode=0o640):
     """Write ``data`` to ``path`` through a temporary file and an atomic rename."""
+    def fill(fh):
+        fh.write(data)
+    return write_file(path, fill, mode)
+
+
+def _open_temp(path, mode):
+    """A new temporary file next to ``path``: created exclusively (O_EXCL: never a file or link planted
+    there), ``mode`` from the start.  Returns (fd, temporary path)."""
     directory = os.path.dirname(path) or "."
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    base = os.path.basename(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    for k in range(100):
+        tmp = os.path.join(directory, f".{base}.{os.getpid()}{'.' + str(k) if k else ''}.tmp")
+        try:
+            return os.open(tmp, flags, mode), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name next to {path}")
+
+
+def write_file(path, fill, mode=0o640):
+    """Write ``path`` atomically: ``fill(binary file object)`` writes the content into a temporary file in
+    the same directory (mode ``mode``), which is renamed to ``path`` once complete.  A kill or a full disk
+    at any moment leaves the complete file or none under ``path``; the temporary file is removed on failure
+    (a kill -9 leaves ``.<name>.<pid>.tmp``, which no reader opens)."""
+    fd, tmp = _open_temp(path, mode)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            fill(f)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return path
+
+
+def write_path(path, write, mode=0o640):
+    """Like :func:`write_file` for writers that want a path (``write(tmp_path)``, e.g. ``torch.save``):
+    the temporary file is created empty with ``mode`` first, so the writer only truncates and fills it."""
+    fd, tmp = _open_temp(path, mode)
+    os.close(fd)
+    try:
+        write(tmp)
         os.replace(tmp, path)
     except BaseException:
         try:

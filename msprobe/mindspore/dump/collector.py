@@ -138,8 +138,8 @@ class Collector(CollectorBase):
         if self.md5:
             rec["md5"] = "%08x" % (zlib.crc32(np.ascontiguousarray(a).tobytes()) & 0xFFFFFFFF)
         if save and self.tensor_dir is not None:
-            fname = data_name + ".npy"
-            np.save(os.path.join(self.tensor_dir, fname), a)
+            fname = data_name.replace("/", "_").replace("\\", "_") + ".npy"   # no path separator from a name
+            jw.write_file(os.path.join(self.tensor_dir, fname), lambda fh: np.save(fh, a))   # atomic, 0640
             rec["data_name"] = fname
         return rec
 

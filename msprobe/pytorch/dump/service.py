@@ -82,6 +82,13 @@ class Service(DumpLifecycle):
     def _wait_writes(self):
         self.collector.wait_writes()
 
+    def _after_writes(self, fn):
+        writer = self.collector.writer
+        if writer.background:
+            writer.submit(fn)       # async_dump: after the step's files queued before it
+        else:
+            fn()
+
     # ------------------------------------------------------------------ module_dump
     def module_dump(self, module, dump_name):
         """Record ``module`` as one unit (APIs inside it are not recorded) until module_dump_end()."""
