@@ -157,6 +157,57 @@ def test_op_returning_its_input_records_the_identity(tmp_path, residual, level):
         assert rec["input"][0]["shape"] == [2, 2, 8]                        # the op's own shapes
 
 
+class RMSNorm(nn.Module):
+    """The transformers RMSNorm: ``to(float32)`` of its input (the identity in an fp32 run)."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.linspace(0.5, 1.5, 8))
+
+    def forward(self, h, keep=None):
+        if keep is not None:                     # the truth: the input as the module sees it
+            h = keep.setdefault("inside", h.view_as(h))
+        dtype = h.dtype
+        h = h.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return self.weight * h.to(dtype)
+
+
+class Residual(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.norm = RMSNorm()
+        self.out = nn.Linear(8, 8)
+
+    def forward(self, x, keep=None):
+        h = self.fc(x)
+        if keep is not None:
+            keep["h"] = h
+        h = h + self.out(self.norm(h, keep))     # the norm's input is the residual too
+        return h.pow(2).sum()
+
+
+@pytest.mark.parametrize("level", ["L1", "mix"])
+def test_op_returning_a_module_input_records_that_modules_share(tmp_path, level):
+    """At mix, ``to`` on an input of the module running it records that module's share of the input's
+    gradient (what flows through the op; the residual use outside the module is not part of it), the
+    value the reference's module hooks give. At L1 (no modules) it is the whole gradient of the tensor."""
+    torch.manual_seed(9)
+    model = Residual()
+    x = x_input(2, 3, 8)
+    data, _ = dump(tmp_path, model, lambda m: m(x), level)
+    keep = {}
+    loss = model(x, keep)
+    g_inside, g_h = grads(loss, [keep["inside"], keep["h"]])
+    rec = data["Tensor.to.0.backward"]
+    want = g_inside if level == "mix" else g_h
+    assert_grad(rec["input"][0], want, "to input")
+    assert_grad(rec["output"][0], want, "to output")
+    if level == "mix":
+        assert_grad(data["Module.norm.RMSNorm.backward.0"]["output"][0], g_inside, "norm output")
+
+
 def test_op_returning_a_leaf_input_records_the_gradient_reaching_it(tmp_path):
     class LeafFloat(nn.Module):
         def __init__(self):
@@ -301,6 +352,7 @@ class Everything(nn.Module):
         self.fc = nn.Linear(8, 8)
         self.attn = Attn()
         self.drop = nn.Dropout(0.0)
+        self.norm = RMSNorm()
         self.head = nn.Linear(8, 4)
 
     def forward(self, x):
@@ -309,6 +361,7 @@ class Everything(nn.Module):
         n = h.to(torch.float32)                  # RMSNorm-like: the same tensor used 3 times, residual
         n = n * torch.rsqrt(n.pow(2).mean(-1, keepdim=True) + 1e-6)
         h = h + n
+        h = h + self.norm(h)
         a, w = self.attn(h)
         p1, _p2 = a.split(4, dim=-1)
         y = self.head(torch.cat([p1, p1 * 2], -1)).float() + w.sum(-1, keepdim=True)

@@ -284,6 +284,7 @@ class Hooks:
         self._module_handles = []
         self._param_handles = []
         self._writes = {}           # name -> what a call may write that _version does not show (_write_kind)
+        self._open = []             # [edges, identity ops, generation] of the modules whose forward is running
         self._work_classes = set()  # Work classes whose wait() is wrapped (async collectives)
 
     # ------------------------------------------------------------------ install
@@ -583,11 +584,13 @@ class Hooks:
         The record is the autograd node that produced the first output tensor (the reference's rule).
         An op that returns one of its inputs unchanged (``x.float()`` on fp32, ``x.to(x.dtype)``,
         ``dropout(p=0)``, ``type_as`` of the same type...) has no node of its own: the tensor's node is
-        its producer's. Its record is the identity on the gradient reaching that tensor (a tensor hook:
-        ``input`` = ``output`` = that gradient, with the op's own shapes). No node is added to the graph
-        (an identity node would regroup the sum of the input's gradient when the input is used
-        elsewhere too, which changes its last bits). In-place ops return their input with their own
-        node: recorded as any op."""
+        its producer's. Its record is the identity (``input`` = ``output``, the op's own shapes) on the
+        gradient that flows through it: where the tensor is an input of the module running the op
+        (RMSNorm's ``h.to(float32)``), that module's share of the input's gradient (written when the
+        module's backward ends; the residual use outside is not part of it); otherwise the gradient
+        reaching the tensor (a tensor hook). No node is added to the graph (an identity node would
+        regroup the sum of the input's gradient when the input is used elsewhere too, which changes
+        its last bits). In-place ops return their input with their own node: recorded as any op."""
         if not torch.is_grad_enabled():
             return
         t = next(iter_tensors(out), None)
@@ -598,6 +601,13 @@ class Hooks:
         bname = f"{name}.{n}.backward"
         errors = self.errors
         if writes != 1 and _is_argument(t, args, kwargs) and not kwargs.get("inplace"):
+            opened = self._open[-1] if self._open else None
+            if opened is not None and opened[2] == gen:
+                for j, _fn, _nr, a in opened[0][0]:
+                    if a is t:               # an input of the module running it: that module's share
+                        opened[1].append((j, bname))
+                        return
+
             def identity(grad):
                 if col.generation == gen and not TLS.depth:
                     guarded(errors, bname, col.api_backward, bname, (grad,), (grad,))
@@ -672,16 +682,20 @@ class Hooks:
                 tensor_args = [x for x in args if isinstance(x, torch.Tensor)]
                 edges = ([(j, a.grad_fn, a.output_nr, a) for j, a in enumerate(tensor_args) if a.requires_grad],
                          len(tensor_args))
-            frames.append((name, n, parent, expand, inputs, col.generation, edges))
+            opened = None
+            if edges is not None and edges[0]:
+                opened = [edges, [], col.generation]
+                hooks._open.append(opened)
+            frames.append((name, n, parent, expand, inputs, col.generation, edges, opened))
 
         def record_outputs(frame, args, output):
-            name, n, parent, expand, inputs, _gen, edges = frame
+            name, n, parent, expand, inputs, _gen, edges, opened = frame
             col.module_exit(name, expand)
             kept = col.module_forward(name, parent, inputs, output, params)
             if kept and params and col.want_backward and any(p.requires_grad for _, p in params):
                 col.param_grad_placeholder(grad_key, [pn for pn, p in params if p.requires_grad])
             if edges is not None and torch.is_grad_enabled():
-                hooks._module_backward_hooks(prefix, n, edges, output)
+                hooks._module_backward_hooks(prefix, n, edges, output, opened[1] if opened else ())
 
         def pre(module, args, kwargs):
             if RT.on and not TLS.depth:
@@ -691,6 +705,12 @@ class Hooks:
         def post(module, args, kwargs, output):
             if frames:
                 frame = frames.pop()
+                opened = frame[7]
+                if opened is not None:
+                    stack = hooks._open
+                    while stack:          # down to this module's entry (a child that raised left its own)
+                        if stack.pop() is opened:
+                            break
                 if frame[5] == col.generation:
                     guarded(hooks.errors, frame[0], record_outputs, frame, args, output)
             return None
@@ -712,7 +732,7 @@ class Hooks:
 
         return hook
 
-    def _module_backward_hooks(self, prefix, n, edges, output):
+    def _module_backward_hooks(self, prefix, n, edges, output, identity_ops=()):
         """Backward of a module without touching the autograd graph.
 
         ``input`` (grads of the outputs): a tensor hook on each output. ``output`` (grads of the
@@ -785,11 +805,17 @@ class Hooks:
             if state["done"]:
                 return
             state["done"] = True
-            if name in col.bwd_module_stack:
-                col.bwd_module_stack.remove(name)
             for i, j in identity:
                 if state["in"][j] is None:
                     state["in"][j] = state["out"][i]
+            for j, bname in identity_ops:
+                # an op inside that returned input j unchanged: the gradient through it is this
+                # module's share of input j (the residual use outside excluded)
+                g = state["in"][j]
+                if g is not None:
+                    col.api_backward(bname, (g,), (g,))
+            if name in col.bwd_module_stack:
+                col.bwd_module_stack.remove(name)
             col.module_backward(name, state["parent"], state["out"], state["in"] if need_in else [])
             col.pending_backward.pop(name, None)
 
