@@ -323,3 +323,18 @@ def test_eps_bug_flags_the_argument_first(model_dumps, mode):
                        and rep.names[msgs.index(m)].endswith(".4"))
         assert msgs[rep.first_red[0]].startswith("Non-tensor argument, compared by value: differs.")
     assert_consistent(rep)
+
+
+def test_written_xlsx_colours_follow_the_verdict(model_dumps, tmp_path):
+    openpyxl = pytest.importorskip("openpyxl")
+    from msprobe.core.compare.runner import write_report
+
+    rep = compare_model(model_dumps, "eps_bug", "statistics")
+    path = write_report(rep, str(tmp_path / "r.xlsx"), "xlsx")
+    ws = openpyxl.load_workbook(path).worksheets[0]
+    fills = []
+    for r in ws.iter_rows(min_row=2):
+        fs = {c.fill.fgColor.rgb for c in r if c.fill is not None and c.fill.fill_type == "solid"}
+        fills.append(fs.pop() if fs else None)
+    want = [{vd.FAIL: "FFFF0000", vd.WARN: "00FFFF00"}.get(int(v)) for v in rep.verdict]
+    assert fills == want and "FFFF0000" in fills

@@ -147,6 +147,7 @@ class Facts:
     api: List[str]
     state: List[str]
     matched: np.ndarray
+    shape: Optional[List[str]]  # target shape text per row ('[8, 64]'), for the reduction allowance
     t_dtype: List[str]
     g_dtype: List[str]
     t_stats: np.ndarray
@@ -266,16 +267,17 @@ def rescaled(err: np.ndarray, mag: np.ndarray, new_mag: np.ndarray):
 
 
 def _family_keys(apis: np.ndarray):
-    """Per unique API key: (forward counterpart of a backward key or '', module key of Module.* entries or '')."""
-    fwd = []
-    mod = []
+    """Per API key: (forward counterpart of a backward key or '', module key 'Module.<path>.<Class>' of
+    Module/Cell entries or '', whether it is a parameter-gradient entry)."""
+    fwd, mod, pgs = [], [], []
     for a in apis.tolist():
         parts = a.split(".")
         f = ""
         m = ""
+        pg = parts[-1] == "parameters_grad" or (len(parts) > 1 and parts[-2] == "parameters_grad")
         if a.startswith("Module.") or a.startswith("Cell."):
-            if parts[-1] == "parameters_grad":
-                m = ".".join(parts[:-1])
+            if pg:
+                m = ".".join(parts[:parts.index("parameters_grad", 1)])
             elif len(parts) > 2 and parts[-2] in ("forward", "backward"):
                 m = ".".join(parts[:-2])
                 if parts[-2] == "backward":
@@ -284,7 +286,22 @@ def _family_keys(apis: np.ndarray):
             f = ".".join(parts[:-1] + ["forward"])
         fwd.append(f)
         mod.append(m)
-    return fwd, mod
+        pgs.append(pg)
+    return fwd, mod, pgs
+
+
+def _numel(shapes: Sequence[str]) -> np.ndarray:
+    """Element count per shape text ('[8, 64]'); NaN when not a list of ints."""
+    cache = {}
+    for sh in set(shapes):
+        v = float("nan")
+        if isinstance(sh, str) and sh.startswith("[") and sh.endswith("]"):
+            try:
+                v = float(np.prod([int(x) for x in sh[1:-1].split(",") if x.strip()] or [1]))
+            except ValueError:
+                pass
+        cache[sh] = v
+    return np.fromiter(map(cache.__getitem__, shapes), dtype=np.float64, count=len(shapes))
 
 
 def _arg_label(name: str, api: str) -> str:
@@ -412,30 +429,48 @@ def judge(f: Facts) -> Judgement:
     nf_in[inv[nonfin_t_only & is_in]] = True
     mag_in = np.full(n_api, np.nan)
     np.fmax.at(mag_in, inv[tin], mag[tin])
-    # context of a backward entry: also its forward call; of a parameter gradient: every call of its module
-    fwd_keys, mod_keys = _family_keys(uniq)
+    numel = _numel(f.shape) if f.shape is not None else np.full(n, np.nan)
+    numel_in = np.full(n_api, np.nan)
+    np.fmax.at(numel_in, inv[tin], numel[tin])
+    # context of a backward entry: also its forward call; of a parameter gradient: every call of its module;
+    # of a module's forward / backward call: also every entry of its sub-modules (their parameters and
+    # outputs are inputs the module's own rows do not show)
+    fwd_keys, mod_keys, pg_keys = _family_keys(uniq)
     pos = {a: k for k, a in enumerate(uniq.tolist())}
-    mod_err = {}
-    mod_gmag = {}  # magnitude of the gradients a module's backward received
+    mod_err = {}  # module key -> largest error of its forward / backward rows
+    mod_gmag = {}  # module key -> magnitude of the gradients its backward received
+    mod_gnum = {}  # module key -> their element count
+    sub_err = {}  # module path (without class) -> largest error of the rows of its sub-modules
     for k, m in enumerate(mod_keys):
-        if m and uniq[k].rsplit(".", 1)[-1] != "parameters_grad":
+        if m and not pg_keys[k]:
             v = e_all[k]
             if not np.isnan(v):
                 mod_err[m] = max(mod_err.get(m, 0.0), float(v))
+                path = m.split(".")[:-1]
+                for d in range(2, len(path)):
+                    anc = ".".join(path[:d])
+                    sub_err[anc] = max(sub_err.get(anc, 0.0), float(v))
             else:
                 mod_err.setdefault(m, np.nan)
             if fwd_keys[k] and not np.isnan(mag_in[k]):
                 mod_gmag[m] = max(mod_gmag.get(m, 0.0), float(mag_in[k]))
+                mod_gnum[m] = max(mod_gnum.get(m, 0.0), float(numel_in[k]))
     e_ctx = e_in_own.copy()
     for k, fk in enumerate(fwd_keys):
+        m = mod_keys[k]
         if fk:
             j = pos.get(fk)
             if j is not None:
                 e_ctx[k] = np.fmax(e_ctx[k], e_all[j])
                 nf_in[k] = nf_in[k] or nf_in[j]
-        elif mod_keys[k] and uniq[k].rsplit(".", 1)[-1] == "parameters_grad":
-            e_ctx[k] = mod_err.get(mod_keys[k], np.nan)
-            mag_in[k] = mod_gmag.get(mod_keys[k], np.nan)
+        if m and pg_keys[k]:
+            e_ctx[k] = mod_err.get(m, np.nan)
+            mag_in[k] = mod_gmag.get(m, np.nan)
+            numel_in[k] = mod_gnum.get(m, np.nan)
+        elif m:
+            sub = sub_err.get(".".join(m.split(".")[:-1]))
+            if sub is not None:
+                e_ctx[k] = np.fmax(e_ctx[k], sub)
     ctx = e_ctx[inv]
     # an output much smaller than what its op consumed (a reduction with cancellation, x - y with x ~ y)
     # carries the absolute rounding of the inputs: judge its difference against the inputs' magnitude
@@ -448,8 +483,13 @@ def judge(f: Facts) -> Judgement:
     ctx_nf = nf_in[inv]
     own_bound = K_ROUND * unit
     acc_bound = np.maximum(K_ACC * unit, MIN_FAIL)
+    # a reduction (a bias gradient sums a batch of output gradients) adds up its inputs' errors: allow
+    # sqrt(elements in / elements out) more, as independent rounding errors add up
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = numel_in[inv] / numel
+    amp = AMP * np.sqrt(np.where(np.isfinite(ratio) & (ratio > 1), ratio, 1.0))
     with np.errstate(invalid="ignore", over="ignore"):
-        explained = score <= AMP * np.nan_to_num(ctx, nan=0.0) + own_bound
+        explained = score <= amp * np.nan_to_num(ctx, nan=0.0) + own_bound
         within_own = score <= own_bound
         within_acc = score <= acc_bound
         below_floor = score <= MIN_FAIL
@@ -494,12 +534,14 @@ def judge(f: Facts) -> Judgement:
     entering = np.zeros(n, dtype=bool)
     if beyond_in.any():
         linked = _linked_inputs(f.t_stats, f.g_stats, is_out & tens, beyond_in)
-        cand = np.flatnonzero(beyond_in & ~linked & ~nonfin_t_only)
+        # forward inputs only: gradients reach a backward call through autograd's own (unrecorded) sums
+        is_bwd = np.array([bool(k) for k in fwd_keys], dtype=bool)[inv]
+        cand = np.flatnonzero(beyond_in & ~linked & ~nonfin_t_only & ~is_bwd)
         if len(cand):
             fails = np.flatnonzero(v == FAIL)
             first = int(cand[0])
             if not len(fails) or fails[0] > first:
-                entering = beyond_in & ~linked & (inv == inv[first])
+                entering = beyond_in & ~linked & ~is_bwd & (inv == inv[first])
                 v = np.where(entering, FAIL, v)
                 inherited &= ~entering
     fails = np.flatnonzero(v == FAIL)
