@@ -140,6 +140,9 @@ def _legacy_config(path: str):
     for key in ("npu_path", "bench_path"):
         if not obj.get(key):
             raise MsprobeError(f"compare.json {path} has no {key!r}; add the path of the {'target' if key == 'npu_path' else 'golden'} dump")
+        if not isinstance(obj[key], str):
+            raise MsprobeError(f"compare.json {path}: {key!r} is {type(obj[key]).__name__} {str(obj[key])[:80]}, "
+                               f"expected a path (a string); correct the file")
     for key in ("common", "map_dict"):
         if key in obj:
             raise MsprobeError(f"compare.json {path}: {key!r} (MindSpore mirror-directory npy compare) is not supported; remove it")

@@ -106,13 +106,50 @@ def main(argv: Optional[List[str]] = None, exiting: bool = False) -> int:
         return 0
     except Exception as exc:  # noqa: BLE001 - last line of defence: no traceback for users
         _remove_if_empty(created)
-        if os.environ.get("MSPROBE_DEBUG"):
-            raise
-        print(
-            f"msprobe: internal error: {type(exc).__name__}: {exc} (set MSPROBE_DEBUG=1 for a traceback and report it)",
-            file=sys.stderr,
-        )
-        return 1
+        return report_internal_error(exc, ["msprobe", name] + argv[1:])
+
+
+#: where internal-error logs go (MSPROBE_LOG_DIR overrides): a per-user folder in the temp dir
+def internal_error_dir() -> str:
+    import tempfile
+
+    base = os.environ.get("MSPROBE_LOG_DIR")
+    if base:
+        return base
+    uid = os.getuid() if hasattr(os, "getuid") else "user"
+    return os.path.join(tempfile.gettempdir(), f"msprobe-{uid}", "logs")
+
+
+def report_internal_error(exc: BaseException, argv: List[str]) -> int:
+    """A bug in msprobe (not a bad input): one line naming the error and a log file holding the traceback
+    (created 0600), asking for a report.  ``MSPROBE_DEBUG=1`` also prints the traceback."""
+    import time
+    import traceback
+
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    if os.environ.get("MSPROBE_DEBUG"):
+        sys.stderr.write(text)
+    message = str(exc).splitlines()[0][:300] if str(exc) else ""
+    log_path = None
+    try:
+        folder = internal_error_dir()
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        log_path = os.path.join(folder, f"internal_error_{stamp}_{os.getpid()}.log")
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as fh:
+            fh.write(f"msprobe {__version__}, python {sys.version.split()[0]}\n")
+            fh.write("command: " + " ".join(repr(a) if " " in a else a for a in argv)[:4000] + "\n\n")
+            fh.write(text)
+    except OSError:
+        log_path = None
+    where = f"traceback in {log_path}" if log_path else "set MSPROBE_DEBUG=1 for the traceback"
+    print(
+        f"msprobe: internal error: {type(exc).__name__}: {message} ({where}); this is a bug in msprobe, "
+        f"please report it with that traceback and the command",
+        file=sys.stderr,
+    )
+    return 1
 
 
 def command_parser(name: str):

@@ -27,6 +27,7 @@ import numpy as np
 from msprobe.core.compare import tensor as tm
 from msprobe.core.errors import MsprobeError
 from msprobe.core.fileio import atomic_write, check_path, ensure_output_dir, unique_path
+from msprobe.core.io.tensors import TensorReadError, load_npy
 
 log = logging.getLogger("msprobe")
 
@@ -148,6 +149,15 @@ def _stat_value(text: str):
 
 def read_statistic_csv(d: str) -> List[KernelRow]:
     path = os.path.join(d, "statistic.csv")
+    try:
+        return _read_statistic_csv(path)
+    except csv.Error as exc:  # a NUL byte, a field over the csv module's size limit, an open quote
+        raise MsprobeError(f"kernel dump {path} is not a readable csv ({exc}); the file is damaged: re-run the dump")
+    except OSError as exc:
+        raise MsprobeError(f"kernel dump {path} cannot be read ({exc.strerror or exc}); check the file")
+
+
+def _read_statistic_csv(path: str) -> List[KernelRow]:
     with open(path, newline="", encoding="utf-8", errors="replace") as fh:
         reader = csv.reader(fh)
         header = next(reader, None)
@@ -221,9 +231,9 @@ def _npy_row(n: Optional[KernelRow], b: Optional[KernelRow]) -> list:
             arrays.append(None)
             continue
         try:
-            arrays.append(np.load(r.source, allow_pickle=False))
-        except (OSError, ValueError) as exc:
-            log.warning("kernel dump %s cannot be read (%s)", r.source, exc)
+            arrays.append(load_npy(r.source))
+        except TensorReadError as exc:  # damaged, truncated, a header claiming a huge shape: that row only
+            log.warning("%s", exc)
             arrays.append(None)
     na, ba = arrays
     metrics: List = [NA] * 6

@@ -302,16 +302,26 @@ def load_stack_frames(path: str) -> Dict[str, List[str]]:
     out: Dict[str, List[str]] = {}
     if "0" in obj:
         for key, val in obj.items():
-            if not (isinstance(val, list) and len(val) == 2 and isinstance(val[0], list)):
-                raise MsprobeError(f"stack.json {path}: entry {key!r} is not [[api names], [stack lines]]; the file is damaged")
+            if not (isinstance(val, list) and len(val) == 2 and isinstance(val[0], list) and isinstance(val[1], list)):
+                raise MsprobeError(f"stack.json {path}: entry {key!r} is not [[api names], [stack lines]]; the file is damaged: re-run the dump")
+            _check_strings(path, val[0], f"[{key!r}][0]", "API name")
+            _check_strings(path, val[1], f"[{key!r}][1]", "stack line")
             for api in val[0]:
                 out[api] = val[1]
     else:
         for api, lines in obj.items():
             if not isinstance(lines, list):
-                raise MsprobeError(f"stack.json {path}: the stack of '{api}' is not a list; the file is damaged")
+                raise MsprobeError(f"stack.json {path}: the stack of '{api}' is not a list; the file is damaged: re-run the dump")
+            _check_strings(path, lines, f"[{api!r}]", "stack line")
             out[api] = lines
     return out
+
+
+def _check_strings(path: str, items: list, where: str, what: str) -> None:
+    for i, item in enumerate(items):
+        if item.__class__ is not str:
+            raise MsprobeError(f"stack.json {path}: {where}[{i}] is {type(item).__name__} {str(item)[:60]}, expected "
+                               f"a {what} (a string); the file is damaged or was edited: re-run the dump")
 
 
 def load_stack(path: str) -> Dict[str, str]:

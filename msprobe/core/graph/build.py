@@ -224,15 +224,19 @@ def split_items(entry, node_id: str, path: str = "") -> Tuple[Dict[str, dict], D
 
 def dump_files(dump_dir: str) -> Tuple[str, str, str]:
     """Paths of the three files of one dump dir; one clear error when one is missing."""
+    from msprobe.core.dump.lifecycle import warn_if_incomplete
+
     paths = []
     for name in (CONSTRUCT, DUMP, STACK):
         p = os.path.join(dump_dir, name)
         if not os.path.isfile(p):
+            warn_if_incomplete(dump_dir, name)   # killed mid-step: says so
             raise MsprobeError(
                 f"{dump_dir}: no {name}; a graph needs construct.json, dump.json and stack.json from one rank "
                 f"(dump with level L0 or mix, and keep the three files together)"
             )
         paths.append(p)
+    warn_if_incomplete(dump_dir)
     return paths[0], paths[1], paths[2]
 
 
@@ -250,6 +254,13 @@ def read_construct(path: str) -> Tuple[Dict[str, object], Dict[str, int], Option
             if isinstance(v, list) and len(v) == 2:
                 obj[k] = v[0]
                 micro[k] = v[1] if isinstance(v[1], int) else 0
+    bad = next((k for k, v in obj.items() if v is not None and v.__class__ is not str), None)
+    if bad is not None:
+        v = obj[bad]
+        raise MsprobeError(
+            f"construct.json {path}: the parent of {bad!r} is {type(v).__name__} {str(v)[:60]}, expected a node name "
+            f"(a string) or null; the file is damaged or was edited: re-run the dump"
+        )
     if not obj:
         raise MsprobeError(
             f"construct.json {path} is empty, so there is no model structure to draw; dump with level L0 or mix "

@@ -459,11 +459,7 @@ def _materialise(stub: _TensorStub, archive: _Archive, path) -> np.ndarray:
     for s in size:
         numel *= s
     out_itemsize = 4 if dtype.kind in ("bf16", "fp8") else itemsize
-    if numel * out_itemsize > MAX_FILE_BYTES:
-        raise TensorReadError(
-            path, f"tensor of shape {list(size)} would need {numel * out_itemsize} bytes "
-                  f"(limit {MAX_FILE_BYTES})"
-        )
+    check_tensor_bytes(path, size, numel * out_itemsize)
     storage = stub.storage
     storage_elems = storage.nbytes // itemsize
 
@@ -636,10 +632,61 @@ def load_pt(path) -> np.ndarray:
         return result
 
 
+def _memory_left() -> int:
+    from msprobe.core.fileio import available_memory
+
+    return available_memory()
+
+
+def check_tensor_bytes(path, shape, nbytes: int) -> None:
+    """Refuse a tensor whose decoded size exceeds :data:`MAX_FILE_BYTES` or the memory available now,
+    before anything is allocated (a header claiming a 10-GB shape in a small or damaged file)."""
+    if nbytes > MAX_FILE_BYTES:
+        raise TensorReadError(path, f"its header claims shape {list(shape)} ({nbytes} bytes), over the "
+                                    f"{MAX_FILE_BYTES / 1024 ** 3:g} GiB limit; the file is damaged or not a dumped tensor")
+    left = _memory_left()
+    if nbytes > left:
+        raise TensorReadError(path, f"its header claims shape {list(shape)} ({nbytes} bytes) but only {left} bytes "
+                                    f"of memory are available; compare it on a machine with more memory")
+
+
+def _check_npy_header(path, size: int) -> None:
+    """Read and check a .npy header without loading the data: the data the header claims must be in the file."""
+    fmt = np.lib.format
+    try:
+        with open(path, "rb") as fh:
+            version = fmt.read_magic(fh)
+            if version == (1, 0):
+                shape, fortran, dtype = fmt.read_array_header_1_0(fh)
+            elif version in ((2, 0), (3, 0)):
+                shape, fortran, dtype = fmt.read_array_header_2_0(fh)
+            else:
+                raise TensorReadError(path, f"unsupported .npy format version {version}")
+            start = fh.tell()
+    except TensorReadError:
+        raise
+    except OSError as exc:
+        raise TensorReadError(path, exc.strerror or str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - numpy raises ValueError, EOFError, SyntaxError, TokenError ...
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise TensorReadError(path, f"not a .npy file or its header is damaged ({first[:200]})") from None
+    if dtype.hasobject:
+        raise TensorReadError(path, "holds Python objects (pickled data), which msprobe never loads")
+    numel = 1
+    for dim in shape:
+        numel *= dim
+    nbytes = numel * dtype.itemsize
+    check_tensor_bytes(path, shape, nbytes)
+    if start + nbytes > size:
+        raise TensorReadError(path, f"is truncated: its header claims shape {list(shape)} {dtype} ({nbytes} bytes) "
+                                    f"but the file holds {max(0, size - start)} bytes of data; copy or dump it again")
+
+
 def load_npy(path) -> np.ndarray:
     """``numpy.load(path, allow_pickle=False)`` with errors turned into :class:`TensorReadError`."""
     path = os.fspath(path)
-    _check_file(path)
+    size = _check_file(path)
+    _check_npy_header(path, size)
     try:
         result = np.load(path, allow_pickle=False)
     except ValueError as exc:
