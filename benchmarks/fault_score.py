@@ -62,8 +62,8 @@ def ensure_reference(venv: Path) -> Path:
         site = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                               check=True, capture_output=True, text=True).stdout.strip()
         Path(site, "zz_host_torch.pth").write_text(os.path.dirname(os.path.dirname(torch.__file__)) + "\n")
-    else:
-        subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "torch"], check=True)
+    else:  # a bare `pip install torch` pulls a multi-GB CUDA build: use an interpreter that has torch
+        raise SystemExit("torch is not importable here: run this script with the project's .venv python")
     return exe
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -165,13 +166,15 @@ def test_control_pairs_name_no_op(fi_outcomes):
             if a is None:
                 problems.append(f"{case.name} {rank}: no answer")
                 continue
-            if a.advisor_file or a.advisor_console:
-                problems.append(f"{case.name} {rank}: advisor names {a.advisor_file or a.advisor_console}")
             if a.da_first is not None:
                 problems.append(f"{case.name} {rank}: first divergence names {a.da_first}")
-            elif not (a.da_first_text.startswith(("rank_", "rank")) and "none (" in a.da_first_text):
+            elif not re.match(r"^rank_?\d*: none \(.+\)", a.da_first_text):
                 problems.append(f"{case.name} {rank}: no 'rank_N: none (<reason>)' line "
                                 f"(got {a.da_first_text!r})")
+            if a.advisor_file or a.advisor_console:
+                problems.append(f"{case.name} {rank}: advisor names {a.advisor_file or a.advisor_console}")
+            elif not a.advisor_none_text:
+                problems.append(f"{case.name} {rank}: the console's advisor line does not say why nothing is named")
     assert not problems, "\n".join(problems)
 
 

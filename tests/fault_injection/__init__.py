@@ -5,6 +5,7 @@ msprobe's PyTorch PrecisionDebugger (target = faulty run, golden = clean run), p
 * :mod:`.faultops` - functions recorded as custom APIs (``FaultOps.*``) whose forward or backward can be
   perturbed without changing the recorded op sequence;
 * :mod:`.models` - a 2-block transformer, a small CNN and a 2-rank MLP, each taking a fault table;
+* :mod:`.dist_worker` - the 2-rank gloo runs (torch.multiprocessing), with a faulty ``all_reduce``;
 * :mod:`.cases` - the cases and their expected culprits;
 * :mod:`.generate` - writes every dump pair (``python tests/fault_injection/generate.py OUT``);
 * :mod:`.evaluate` - runs ``msprobe compare -da`` on a pair and reads back what it named, and checks that

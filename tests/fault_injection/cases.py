@@ -144,6 +144,8 @@ CASES: List[Case] = [
          target_dtype="fp16"),
     Case("ctl_cnn_bf16_stat", "cnn", {}, "statistics", "mix", "no fault; bf16 autocast vs fp32", None,
          target_dtype="bf16"),
+    Case("ctl_cnn_fp16_tensor", "cnn", {}, "tensor", "L1", "no fault; fp16 autocast vs fp32", None,
+         target_dtype="fp16"),
     Case("ctl_tf_fp32_md5", "tf", {}, "md5", "mix", "no fault; fp32 vs fp32 (identical runs)", None),
     Case("ctl_dist_bf16_stat", "dist", {}, "statistics", "mix", "no fault; 2 ranks, bf16 autocast vs fp32", None,
          target_dtype="bf16"),
