@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import threading
 import time
@@ -122,6 +123,38 @@ class Job:
         self._owner._drop(self)
 
 
+class _Shield:
+    """Ctrl-C deferred to the end of a block (main thread only): an interrupt inside rich's console code can
+    leave its output buffered for good (the display then stays on screen and the cursor hidden)."""
+
+    def __init__(self):
+        self.old = None
+        self.hit = False
+
+    def _hit(self, *_):
+        self.hit = True
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            try:
+                self.old = signal.signal(signal.SIGINT, self._hit)
+            except (ValueError, OSError):
+                self.old = None
+        return self
+
+    def __exit__(self, exc_type, *_):
+        old, self.old = self.old, None
+        if old is None:
+            return
+        signal.signal(signal.SIGINT, old)
+        if self.hit and exc_type is None:
+            self.hit = False
+            if callable(old):
+                old(signal.SIGINT, None)             # the default handler raises KeyboardInterrupt
+            elif old == signal.SIG_DFL:
+                raise KeyboardInterrupt
+
+
 class _ConsoleHandler(logging.Handler):
     """While the live display runs, msprobe's log lines are printed through its console (above it)."""
 
@@ -132,7 +165,8 @@ class _ConsoleHandler(logging.Handler):
 
     def emit(self, record):
         try:
-            self.console.print(self.format(record), markup=False, highlight=False, soft_wrap=True)
+            with _Shield():
+                self.console.print(self.format(record), markup=False, highlight=False, soft_wrap=True)
         except Exception:  # noqa: BLE001 - a log line must never break the command
             self.handleError(record)
 
@@ -162,7 +196,8 @@ class Progress:
     def __enter__(self) -> "Progress":
         if self.display:
             try:
-                self._start_display()
+                with _Shield():
+                    self._start_display()
             except Exception:  # noqa: BLE001 - no display is better than no command
                 self._rich = None
         return self
@@ -173,11 +208,12 @@ class Progress:
     def close(self) -> None:
         rich, self._rich = self._rich, None
         if rich is not None:
-            try:
-                rich.stop()
-            except Exception:  # noqa: BLE001
-                pass
-            self._restore_logging()
+            with _Shield():
+                try:
+                    rich.stop()
+                except Exception:  # noqa: BLE001
+                    pass
+                self._restore_logging()
 
     def _start_display(self) -> None:
         from rich.console import Console
@@ -215,7 +251,7 @@ class Progress:
         rich = self._rich
         if rich is None:
             return
-        with self._lock:
+        with _Shield(), self._lock:
             total = job._total if job._total else None
             desc = f"{job.name}: {job.stage}"
             if job._task is None:
@@ -232,7 +268,7 @@ class Progress:
         rich = self._rich
         if rich is None or job._task is None:
             return
-        with self._lock:
+        with _Shield(), self._lock:
             try:
                 rich.remove_task(job._task)
             except KeyError:
