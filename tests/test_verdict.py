@@ -255,7 +255,7 @@ def test_verdict_without_highlighting(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ real dumps
-MODEL_DUMPS = ["golden:statistics", "target:statistics", "attn_bug:statistics", "eps_bug:statistics",
+MODEL_DUMPS = ["golden:statistics", "target:statistics", "attn_bug:statistics", "eps_bug:statistics", "grad_bug:statistics",
                "golden:tensor", "target:tensor", "eps_bug:tensor", "golden:md5", "target:md5"]
 
 
@@ -303,6 +303,22 @@ def test_attention_bug_is_red_where_it_enters(model_dumps):
     # downstream rows inherit: yellow or noise, never another red
     assert rep.red == 1 and rep.yellow > 0
     assert rep.worst[0][0] == "Tensor.masked_fill.1.forward.input.0"
+    assert_consistent(rep)
+
+
+def test_backward_fault_is_red_where_it_enters(model_dumps):
+    # a tensor hook scales the gradient reaching block 1's attention output by 1.5; the hook's multiply is
+    # recorded as a target-only Tensor.__mul__ (unmatched), and the backward call that receives its
+    # result is where the difference enters
+    rep = compare_model(model_dumps, "grad_bug", "statistics")
+    assert rep.red == 1 and rep.first_red[1] == "Tensor.reshape.7.backward.input.0"
+    assert "no compared op produced" in rep.why[rep.first_red[0]]
+    # forward rows, and backward rows computed before it, are all within rounding
+    fwd = [i for i, a in enumerate(rep.apis) if ".backward" not in a and "parameters_grad" not in a]
+    assert (rep.verdict[fwd] <= vd.NOISE).all()
+    # parameter gradients are computed after it (listed with the forward call in the dump): inherited
+    pg = [i for i, n in enumerate(rep.names) if "parameters_grad" in n and n.startswith("Module.block0.")]
+    assert (rep.verdict[pg] != vd.FAIL).all() and (rep.verdict[pg] == vd.WARN).any()
     assert_consistent(rep)
 
 

@@ -4,7 +4,8 @@ Run as a script, in a process of its own (the debugger is a process-wide singlet
 the dumps of one run):
     python tests/verdict_model.py ROOT VARIANT:MODE [VARIANT:MODE ...]
 VARIANT: golden (fp32), target (bf16 autocast), attn_bug (bf16, block 1 attention scores x1.5 before
-softmax), eps_bug (bf16, block 1 LayerNorm eps=0.1).  MODE: statistics, md5 or tensor.
+softmax), eps_bug (bf16, block 1 LayerNorm eps=0.1), grad_bug (bf16, the gradient reaching block 1's attention
+output scaled by 1.5 in backward, by a tensor hook).  MODE: statistics, md5 or tensor.
 Each dump lands in ROOT/VARIANT-MODE/step0/rank/ (level mix).
 """
 
@@ -21,7 +22,7 @@ D, HEADS, T, B = 32, 4, 8, 2
 
 
 class Block(nn.Module):
-    def __init__(self, attn_scale: float = 1.0, ln_eps: float = 1e-5):
+    def __init__(self, attn_scale: float = 1.0, ln_eps: float = 1e-5, grad_scale: float = 1.0):
         super().__init__()
         self.ln1 = nn.LayerNorm(D, eps=ln_eps)
         self.qkv = nn.Linear(D, 3 * D)
@@ -30,6 +31,7 @@ class Block(nn.Module):
         self.fc1 = nn.Linear(D, 4 * D)
         self.fc2 = nn.Linear(4 * D, D)
         self.attn_scale = attn_scale
+        self.grad_scale = grad_scale
 
     def forward(self, x):
         h = self.ln1(x)
@@ -42,6 +44,8 @@ class Block(nn.Module):
         scores = scores.masked_fill(mask, float("-inf"))
         att = F.softmax(scores, dim=-1)
         y = torch.matmul(att, v).transpose(1, 2).reshape(B, T, D)
+        if self.grad_scale != 1.0 and y.requires_grad:
+            y.register_hook(lambda g: g * self.grad_scale)
         x = x + self.proj(y)
         return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
 
@@ -51,7 +55,8 @@ class Net(nn.Module):
         super().__init__()
         self.block0 = Block()
         self.block1 = Block(attn_scale=1.5 if variant == "attn_bug" else 1.0,
-                            ln_eps=0.1 if variant == "eps_bug" else 1e-5)
+                            ln_eps=0.1 if variant == "eps_bug" else 1e-5,
+                            grad_scale=1.5 if variant == "grad_bug" else 1.0)
         self.ln_f = nn.LayerNorm(D)
         self.head = nn.Linear(D, 16)
 

@@ -531,22 +531,34 @@ def judge(f: Facts) -> Judgement:
     # an input that differs beyond noise although no compared op produced it (no compared output holds the
     # same statistics on both sides) is where a difference enters the run, when nothing failed before it:
     # the op that made it is unmatched (target only) or not dumped
+    # execution order: forward rows in report order, then backward rows, then parameter gradients (a
+    # dump lists a module's parameters_grad entry with its forward call, but computes it in backward)
+    is_bwd = np.array([bool(k) for k in fwd_keys], dtype=bool)[inv]
+    phase = np.where(is_pg, 2, np.where(is_bwd, 1, 0))
+    exec_order = np.lexsort((np.arange(n), phase))
+    exec_pos = np.empty(n, dtype=np.int64)
+    exec_pos[exec_order] = np.arange(n)
     entering = np.zeros(n, dtype=bool)
     if beyond_in.any():
         linked = _linked_inputs(f.t_stats, f.g_stats, is_out & tens, beyond_in)
-        # forward inputs only: gradients reach a backward call through autograd's own (unrecorded) sums
-        is_bwd = np.array([bool(k) for k in fwd_keys], dtype=bool)[inv]
-        cand = np.flatnonzero(beyond_in & ~linked & ~nonfin_t_only & ~is_bwd)
+        # gradients reach a backward call through autograd's own (unrecorded) sums of several backward
+        # outputs: a backward input enters a difference only when it exceeds what the backward outputs
+        # computed before it explain
+        bwd_out = np.where(tens & is_out & is_bwd & np.isfinite(score), score, -np.inf)
+        seen = np.concatenate([[-np.inf], np.maximum.accumulate(bwd_out)[:-1]]) if n else bwd_out
+        with np.errstate(invalid="ignore", over="ignore"):
+            bwd_explained = score <= AMP * np.maximum(seen, 0.0) + own_bound
+        cand_mask = beyond_in & ~linked & ~nonfin_t_only & ~(is_bwd & bwd_explained)
+        cand = np.flatnonzero(cand_mask)
         if len(cand):
-            fails = np.flatnonzero(v == FAIL)
-            first = int(cand[0])
-            if not len(fails) or fails[0] > first:
-                entering = beyond_in & ~linked & ~is_bwd & (inv == inv[first])
+            fails = exec_pos[v == FAIL]
+            first = int(cand[np.argmin(exec_pos[cand])])
+            if not len(fails) or fails.min() > exec_pos[first]:
+                entering = cand_mask & (inv == inv[first])
                 v = np.where(entering, FAIL, v)
                 inherited &= ~entering
-    fails = np.flatnonzero(v == FAIL)
-    first_fail = int(fails[0]) if len(fails) else n
-    tainted = np.arange(n) > first_fail
+    fails = exec_pos[v == FAIL]
+    tainted = exec_pos > (fails.min() if len(fails) else n)
     v = np.where(inherited & tainted & (v < WARN), WARN, np.where(inherited & ~tainted & (v < WARN), NOISE, v))
     # equal (md5 equal, or every statistic identical)
     v = np.where(tens & identical & ~nonfin_t_only & (v < WARN), PASS, v)
@@ -624,7 +636,8 @@ def judge(f: Facts) -> Judgement:
 
 
 def _linked_inputs(t: np.ndarray, g: np.ndarray, producer: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """rows whose (target, golden) statistics are exactly those of some producer row (an output)."""
+    """rows whose (target, golden) statistics are exactly those of a producer row (an output) earlier in the
+    report (a later view of the same values, or the row's own reshape output, does not count)."""
     n = t.shape[1]
     out = np.zeros(n, dtype=bool)
     sel = np.flatnonzero(producer | rows)
@@ -635,9 +648,17 @@ def _linked_inputs(t: np.ndarray, g: np.ndarray, producer: np.ndarray, rows: np.
     void = key.view(np.dtype((np.void, key.dtype.itemsize * key.shape[1]))).ravel()
     _, gid = np.unique(void, return_inverse=True)
     gid = gid.ravel()
-    has_prod = np.zeros(gid.max() + 1, dtype=bool)
-    has_prod[gid[producer[sel]]] = True
-    out[sel] = has_prod[gid] & rows[sel]
+    order = np.lexsort((sel, gid))  # by group, then report order
+    gs = gid[order]
+    prod = producer[sel][order].astype(np.int64)
+    before = np.cumsum(prod) - prod  # producers before this position (all groups)
+    start = np.ones(len(gs), dtype=bool)
+    start[1:] = gs[1:] != gs[:-1]
+    base = np.maximum.accumulate(np.where(start, before, 0))
+    linked_sorted = (before - base) > 0
+    res = np.zeros(len(sel), dtype=bool)
+    res[order] = linked_sorted
+    out[sel] = rows[sel] & res
     return out
 
 
