@@ -467,7 +467,7 @@ def output_error(exc: BaseException, final_path: str, tmp: Optional[str] = None)
                 pass
         try:
             st = os.statvfs(directory)
-            free = human_size(st.f_bavail * st.f_frsize)
+            free = human_size(st.f_bavail * st.f_frsize + written)  # once the partial file is removed
         except OSError:
             free = "?"
         need = f"more than {human_size(written)} needed, " if written else ""
@@ -483,6 +483,20 @@ def output_error(exc: BaseException, final_path: str, tmp: Optional[str] = None)
                                 f"or fix its permissions")
         return MsprobeError(f"cannot write {name} in {directory}: {what}")
     return None
+
+
+def disk_full_error(exc: BaseException, directory: str) -> Optional[MsprobeError]:
+    """The one-line MsprobeError for a full disk (or quota) hit while writing into ``directory``, else None
+    (for writers that do not go through :func:`atomic_write`, e.g. graph parts and worker processes)."""
+    if isinstance(exc, MsprobeError) or not _is_no_space(exc):
+        return None
+    try:
+        st = os.statvfs(directory)
+        free = f" ({human_size(st.f_bavail * st.f_frsize)} free)"
+    except OSError:
+        free = ""
+    return MsprobeError(f"no space left on device in {directory}{free}; free some space or choose another "
+                        f"output directory (no partial output was left)")
 
 
 def _pid_alive(pid: int) -> bool:

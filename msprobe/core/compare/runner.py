@@ -63,12 +63,17 @@ def _rank_dirs(d: str, side: str) -> List[Tuple[str, int]]:
 
 def _dump_json(rank_dir: str, side: str) -> str:
     """The rank dir's dump.json, or its debug.json for a level-debug dump."""
+    from msprobe.core.dump.lifecycle import warn_if_incomplete
+
     p = os.path.join(rank_dir, "dump.json")
     if not os.path.isfile(p):
         debug = os.path.join(rank_dir, "debug.json")
         if os.path.isfile(debug):
+            warn_if_incomplete(rank_dir)
             return debug
+        warn_if_incomplete(rank_dir, "dump.json")      # killed mid-step: says so
         raise MsprobeError(f"{side} rank dir {rank_dir} has no dump.json; was the dump finished (debugger.stop()/step())?")
+    warn_if_incomplete(rank_dir)
     return p
 
 
@@ -130,6 +135,10 @@ def _plan_pair(t: str, g: str) -> List[RankJob]:
         if _is_debug(t) != _is_debug(g):
             raise MsprobeError(f"one side is a debug.json and the other is not ({t} vs {g}); compare two dump.json "
                                f"files or two debug.json files")
+        from msprobe.core.dump.lifecycle import warn_if_incomplete
+
+        warn_if_incomplete(os.path.dirname(t))
+        warn_if_incomplete(os.path.dirname(g))
         return [RankJob(None, t, g)]
     # two directories: rank dirs themselves, or step dirs holding rank dirs
     t_direct = any(os.path.isfile(os.path.join(t, n)) for n in ("dump.json", "debug.json"))
@@ -146,6 +155,9 @@ def _plan_pair(t: str, g: str) -> List[RankJob]:
             raise MsprobeError(
                 f"{side} path {d} is a dump root with {', '.join(steps[:4])}{' ...' if len(steps) > 4 else ''}; pass one step dir, e.g. {os.path.join(d, steps[0])}"
             )
+        from msprobe.core.dump.lifecycle import warn_if_incomplete
+
+        warn_if_incomplete(d, "dump.json")      # a rank dir of a run killed mid-step: says so
         if not os.listdir(d):
             raise MsprobeError(f"{side} path {d} is an empty directory; give a step dir (with rank dirs) or a dump.json")
         raise MsprobeError(
@@ -260,7 +272,10 @@ def run_compare(cfg: CompareConfig, progress_factory=None) -> List[RankResult]:
     jobs = plan(cfg)
     out_dir = ensure_output_dir(cfg.output_dir)
     ts = time.strftime("%Y%m%d%H%M%S")
-    workers = cfg.jobs if cfg.jobs > 0 else min(len(jobs), os.cpu_count() or 1)
+    from msprobe.core.resources import cap_jobs
+
+    # -j never beyond the cores nor the ranks (a single rank keeps -j for its tensor pairs)
+    workers = cap_jobs(cfg.jobs, len(jobs), "ranks") if len(jobs) > 1 else 1
     results: List[RankResult] = []
     bars = {i: progress_factory(job_label(job)) for i, job in enumerate(jobs)} if progress_factory else {}
     try:

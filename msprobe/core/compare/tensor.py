@@ -276,8 +276,9 @@ def compare_files(
 
     if not pairs:
         return []
-    workers = jobs if jobs > 0 else (os.cpu_count() or 1)
-    workers = min(workers, len(pairs))
+    from msprobe.core.resources import cap_jobs
+
+    workers = cap_jobs(jobs, len(pairs), "tensor pairs")   # never beyond the cores nor the pairs
     if workers <= 1 or mp.current_process().name != "MainProcess" or "fork" not in mp.get_all_start_methods():
         out = []
         for p in pairs:
@@ -285,15 +286,15 @@ def compare_files(
             if progress:
                 progress(1)
         return out
-    from concurrent.futures import ProcessPoolExecutor
+    # msprobe.core.procpool: Ctrl-C or a failing chunk stops every worker at once (no traceback from them)
+    from msprobe.core.procpool import run_tasks
 
     n_chunks = min(len(pairs), workers * 8)
     bounds = np.linspace(0, len(pairs), n_chunks + 1).astype(int).tolist()
     chunks = [pairs[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
     results: List[Metrics] = []
-    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork")) as pool:
-        for chunk, res in zip(chunks, pool.map(_compare_chunk, chunks, [loader] * len(chunks))):
-            results.extend(res)
-            if progress:
-                progress(len(chunk))
+    for res in run_tasks(lambda chunk, _emit: _compare_chunk(chunk, loader), chunks, workers,
+                         on_result=(lambda i, _res: progress(len(chunks[i]))) if progress else None,
+                         name="msprobe-tensors"):
+        results.extend(res)
     return results

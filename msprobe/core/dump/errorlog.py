@@ -49,13 +49,21 @@ class ErrorLog:
                             where, type(exc).__name__, exc, path)
         except Exception:
             pass
+        size = None
         try:
             os.makedirs(self.directory, mode=0o750, exist_ok=True)
+            size = os.path.getsize(path) if os.path.isfile(path) else 0
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0), 0o640)
+            text = (f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] msprobe could not record {where}: "
+                    f"{type(exc).__name__}: {exc}\n"
+                    + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)) + "\n")
             with os.fdopen(fd, "a", encoding="utf-8") as f:
-                f.write(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] msprobe could not record {where}: "
-                        f"{type(exc).__name__}: {exc}\n")
-                f.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
-                f.write("\n")
+                f.write(text)
         except Exception:
-            pass
+            try:
+                if size == 0 and os.path.getsize(path) == 0:
+                    os.unlink(path)      # a full disk: no empty log left behind
+                elif size:
+                    os.truncate(path, size)  # nor half an entry
+            except Exception:
+                pass

@@ -331,3 +331,22 @@ class DumpLifecycle:
             self._wait_writes()
         except Exception:  # noqa: BLE001 - nothing may fail at interpreter exit
             pass
+
+
+_warned_incomplete: set = set()
+
+
+def warn_if_incomplete(rank_dir: str, missing: str = ""):
+    """compare / graph reading ``rank_dir``: warn once when its dump is incomplete (the results cover what
+    was recorded).  With ``missing`` (a file the command needs and did not find) raise the MsprobeError that
+    says why it is missing.  Returns the note, or None for a complete dump."""
+    note = incomplete_note(rank_dir)
+    if note is None:
+        return None
+    if missing:
+        raise MsprobeError(f"{note}: it has no {missing}; compare an earlier, complete step or dump again")
+    key = os.path.abspath(rank_dir)
+    if key not in _warned_incomplete:
+        _warned_incomplete.add(key)
+        log.warning("%s; what follows covers only what was recorded", note)
+    return note

@@ -26,7 +26,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import orjson
 
 from msprobe.core.errors import MsprobeError
-from msprobe.core.fileio import atomic_write, ensure_output_dir, place_file
+from msprobe.core.fileio import atomic_write, disk_full_error, ensure_output_dir, place_file
 from msprobe.core.graph import build as gbuild
 from msprobe.core.graph import compare as gcompare
 from msprobe.core.graph import export
@@ -227,7 +227,12 @@ def _run_unit(cfg: GraphConfig, unit: Unit, workdir: str, graphs: List[Graph]) -
     # Not by default: forked writers read the graph copy-on-write, and reference counting copies every page
     # they touch, so the memory nearly doubles for a ~30% shorter write.
     in_main = mp.current_process().name == "MainProcess"
-    writers = cfg.jobs if in_main and cfg.jobs > 1 else 1
+    if in_main and cfg.jobs > 1:
+        from msprobe.core.resources import cap_jobs
+
+        writers = cap_jobs(cfg.jobs, None, "writers")   # never beyond the cores
+    else:
+        writers = 1
     dist = {"NPU": _dist_summary(g_n)}
     if g_b is not None:
         dist["Bench"] = _dist_summary(g_b)
@@ -372,7 +377,8 @@ def _run_graph(cfg: GraphConfig, progress: Optional[Callable[[int, int], None]] 
     out_dir = ensure_output_dir(cfg.output)
     ts = time.strftime("%Y%m%d%H%M%S")
     kind = "compare" if cfg.golden is not None else "build"
-    workdir = tempfile.mkdtemp(prefix=".msprobe-graph-", dir=out_dir)
+    # the pid in the name: a later run removes what a killed one left (fileio.clean_stale_temps)
+    workdir = tempfile.mkdtemp(prefix=f".msprobe-graph-{os.getpid()}-", dir=out_dir)
     try:
         results = _run_units(cfg, units, workdir, ts, progress)
         patches = _distributed(results, cfg.overflow_check)
@@ -388,6 +394,11 @@ def _run_graph(cfg: GraphConfig, progress: Optional[Callable[[int, int], None]] 
                     _patch_vis(r.part, side_patches)
                 final = os.path.join(out_dir, r.unit.file_stem(kind, ts) + ".vis")
                 outputs.append(place_file(r.part, final))
+    except Exception as exc:  # noqa: BLE001 - a full disk while writing the parts: one line, no traceback
+        err = disk_full_error(exc, out_dir)
+        if err is None:
+            raise
+        raise err from None
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     _warn_hidden(out_dir, outputs)
@@ -409,9 +420,11 @@ def _warn_hidden(out_dir: str, outputs: List[str]) -> None:
 
 
 def _workers(cfg: GraphConfig, n_units: int) -> int:
-    if cfg.jobs > 0:
-        return min(cfg.jobs, n_units)
-    return max(1, min(n_units, os.cpu_count() or 1))
+    from msprobe.core.resources import cap_jobs
+
+    if n_units <= 1:
+        return 1  # -j then spreads the writing of the one graph (capped at the cores there)
+    return cap_jobs(cfg.jobs, n_units, "graphs")   # never beyond the cores nor the graphs
 
 
 def _run_units(cfg, units, workdir, ts, progress) -> List[UnitResult]:

@@ -107,8 +107,9 @@ def _extract_job(args):
 def _read_all(cfg: MergeConfig, files: List[RankFile], indexes: List[str],
               progress: Optional[Callable[[int, int], None]]) -> List[RankData]:
     jobs = [(f, cfg.apis, indexes) for f in files]
-    workers = cfg.jobs if cfg.jobs > 0 else (os.cpu_count() or 1)
-    workers = min(workers, len(jobs))
+    from msprobe.core.resources import cap_jobs
+
+    workers = cap_jobs(cfg.jobs, len(jobs), "report files")   # never beyond the cores nor the files
     total = len(jobs)
     if progress:
         progress(0, total)

@@ -18,7 +18,7 @@ import orjson
 
 from msprobe.core.errors import MsprobeError
 from msprobe.pytorch.op_generate import standards
-from msprobe.core.fileio import atomic_write, check_path, ensure_output_dir, load_dump_json, load_json
+from msprobe.core.fileio import atomic_write, check_path, ensure_output_dir, load_dump_json, load_json, safe_name
 
 CONFIG_KEYS = ("dump_json_path", "api_name", "extract_api_path", "propagation", "data_mode", "random_seed", "iter_times")
 API_KINDS = {"Functional": "torch.nn.functional", "Tensor": "torch.Tensor", "Torch": "torch"}
@@ -530,5 +530,7 @@ def generate(cfg: OpGenConfig) -> OpGenResult:
         with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(text)
 
-    path = atomic_write(os.path.join(out_dir, f"{case.full_name}.py"), write, mode=0o750)
+    # the name comes from dump.json: never a path that leaves the output folder
+    script = safe_name(f"{case.full_name}.py", "the script name of API")
+    path = atomic_write(os.path.join(out_dir, script), write, mode=0o750)
     return OpGenResult(script=path, extract_path=cfg.extract_api_path, case=case, standard=standard_of(case.func))
