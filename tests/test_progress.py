@@ -86,6 +86,15 @@ def test_compare_logs_one_line_per_stage_and_no_display_in_a_pipe(tmp_path):
         assert "match 150 rows (150 matched) in " in lines[1]
         assert "metrics 150 rows (statistics) in " in lines[2]
         assert re.search(rf"write 150 rows \(compare_result_{rank}_\d{{14}}\.xlsx\) in \d+\.\d\d s$", lines[3])
+    # merge_result on those reports: read, merge, write
+    (tmp_path / "c.yaml").write_text("api:\n- Functional.linear.1\ncompare_index:\n- Max diff\n")
+    res = msprobe("merge_result", "-i", tmp_path / "o", "-o", tmp_path / "m", "-config", tmp_path / "c.yaml")
+    assert res.returncode == 0, res.stderr
+    lines = stage_lines(res.stderr, "merge_result")
+    assert [ln.split(": ")[1].split()[0] for ln in lines] == ["read", "merge", "write"], res.stderr
+    assert "read 2 reports (6 rows kept) in " in lines[0]
+    assert "merge 3 rows (2 rank columns) in " in lines[1]
+    assert re.search(r"write 3 rows \(1 sheets, multi_ranks_compare_merge_\d{14}\.xlsx\) in ", lines[2])
 
 
 def test_forced_display_draws_stages_and_restores_the_cursor(tmp_path):

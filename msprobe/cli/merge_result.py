@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
@@ -39,25 +38,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     help="config.yaml naming the APIs ('api') and compare indexes ('compare_index') to gather")
     x = p.add_argument_group("execution")
     x.add_argument("-j", "--jobs", type=int, default=0, help="processes reading reports (default: one per core)")
-    x.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-
-
-class _Bar:
-    def __init__(self):
-        self.bar = None
-
-    def __call__(self, done: int, total: int) -> None:
-        if self.bar is None:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total, desc="merge_result: reading rank reports", unit="report", leave=False,
-                            file=sys.stderr, dynamic_ncols=True)
-        self.bar.n = done
-        self.bar.refresh()
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+    x.add_argument("-q", "--quiet", action="store_true",
+                   help="no live progress display (shown only on a terminal, or with MSPROBE_PROGRESS=1); the "
+                        "one-line-per-stage log stays")
 
 
 def run(args) -> int:
@@ -68,12 +51,17 @@ def run(args) -> int:
         raise MsprobeError(f"-j/--jobs must be 0 (automatic) or a positive number, not {args.jobs}")
     cfg = MergeConfig.from_yaml(args.input_dir, args.output_dir, args.config_path, jobs=args.jobs,
                                 progress=not args.quiet)
-    bar = _Bar() if (cfg.progress and sys.stderr.isatty()) else None
-    try:
-        res = run_merge(cfg, progress=bar)
-    finally:
-        if bar is not None:
-            bar.close()
+    # stages read, merge, write: one INFO line each, a live display on a terminal (msprobe.core.progress)
+    from msprobe.core.progress import Progress, display_wanted
+
+    with Progress("merge_result", display=display_wanted(quiet=not cfg.progress)) as prog:
+        job = prog.job()
+        try:
+            res = run_merge(cfg, progress=job)
+        except BaseException:
+            job.abandon()
+            raise
+        job.finish()
     ranks = ", ".join(f"rank{r}" for r in res.ranks[:8]) + (f" ... rank{res.ranks[-1]}" if len(res.ranks) > 8 else "")
     what = (f"the {res.mode} report of a single-process compare (merged as rank{res.ranks[0]})" if res.single
             else f"{res.mode} reports of {len(res.ranks)} rank{'s' if len(res.ranks) != 1 else ''} ({ranks})")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional
 
@@ -105,37 +104,27 @@ def _extract_job(args):
 
 
 def _read_all(cfg: MergeConfig, files: List[RankFile], indexes: List[str],
-              progress: Optional[Callable[[int, int], None]]) -> List[RankData]:
+              progress: Optional[Callable[..., None]]) -> List[RankData]:
+    """Every report's wanted rows, read in worker processes (msprobe.core.procpool: Ctrl-C stops them at once).
+    ``progress(stage, done, total, unit, detail)``: the stage "read", counted in reports."""
     jobs = [(f, cfg.apis, indexes) for f in files]
+    from msprobe.core.procpool import run_tasks
     from msprobe.core.resources import cap_jobs
 
     workers = cap_jobs(cfg.jobs, len(jobs), "report files")   # never beyond the cores nor the files
     total = len(jobs)
-    if progress:
-        progress(0, total)
-    if workers <= 1:
-        out = []
-        for i, job in enumerate(jobs, 1):
-            out.append(_extract_job(job))
-            if progress:
-                progress(i, total)
-        return out
-    import multiprocessing as mp
+    done = [0, 0]                                               # reports, rows kept
 
-    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
-    results: Dict[int, RankData] = {}
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        futures = {pool.submit(_extract_job, job): job[0].rank for job in jobs}
-        try:
-            for done, fut in enumerate(as_completed(futures), 1):
-                results[futures[fut]] = fut.result()
-                if progress:
-                    progress(done, total)
-        except BaseException:
-            for fut in futures:
-                fut.cancel()
-            raise
-    return [results[f.rank] for f in files]
+    def on_result(_i, rd: RankData) -> None:
+        done[0] += 1
+        done[1] += len(rd.names)
+        if progress:
+            progress("read", done[0], total, "reports", f"{done[1]:,} rows kept")
+
+    if progress:
+        progress("read", 0, total, "reports")
+    return run_tasks(lambda job, _emit: _extract_job(job), jobs, workers, on_result=on_result,
+                     name="msprobe-merge")
 
 
 def assemble(ranks: List[RankData], indexes: List[str]):
@@ -159,7 +148,9 @@ def assemble(ranks: List[RankData], indexes: List[str]):
     return names, sheets
 
 
-def run_merge(cfg: MergeConfig, progress: Optional[Callable[[int, int], None]] = None) -> MergeResult:
+def run_merge(cfg: MergeConfig, progress: Optional[Callable[..., None]] = None) -> MergeResult:
+    """``progress(stage, done, total, unit=None, detail=None)`` is told the stages read (reports), merge (rows)
+    and write (msprobe.core.progress)."""
     start = time.perf_counter()
     if not cfg.apis:
         raise MsprobeError("no APIs to merge: config.yaml needs an 'api' list, e.g. 'api: [Distributed.all_reduce]'")
@@ -174,7 +165,11 @@ def run_merge(cfg: MergeConfig, progress: Optional[Callable[[int, int], None]] =
     for api, where in missing.items():
         if len(where) < len(ranks):
             log.warning("%s not found in the report of %s", api, _short_list(where, 8))
+    if progress:
+        progress("merge", 0, None, "rows")
     names, sheets = assemble(ranks, indexes)
+    if progress:
+        progress("merge", len(names), len(names), "rows", f"{len(ranks)} rank column{'s' if len(ranks) != 1 else ''}")
     if not names:
         raise MsprobeError(
             f"none of the APIs in config.yaml ({_short_list(cfg.apis)}) occurs in the NPU Name column of the rank "
@@ -193,6 +188,10 @@ def run_merge(cfg: MergeConfig, progress: Optional[Callable[[int, int], None]] =
     target = unique_path(os.path.join(out_dir, f"{OUTPUT_PREFIX}_{ts}.xlsx"))
     from msprobe.core.merge.xlsxout import write_sheets
 
+    if progress:
+        progress("write", 0, len(names), "rows", f"{len(book)} sheets")
     written = atomic_write(target, lambda tmp: write_sheets(tmp, book))
+    if progress:
+        progress("write", len(names), len(names), "rows", f"{len(book)} sheets, {os.path.basename(written)}")
     return MergeResult(written, mode, [rd.rank for rd in ranks], indexes, len(names), time.perf_counter() - start,
                        single=files[0].single)
