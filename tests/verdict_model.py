@@ -5,7 +5,9 @@ the dumps of one run):
     python tests/verdict_model.py ROOT VARIANT:MODE [VARIANT:MODE ...]
 VARIANT: golden (fp32), target (bf16 autocast), attn_bug (bf16, block 1 attention scores x1.5 before
 softmax), eps_bug (bf16, block 1 LayerNorm eps=0.1), grad_bug (bf16, the gradient reaching block 1's attention
-output scaled by 1.5 in backward, by a tensor hook).  MODE: statistics, md5 or tensor.
+output scaled by 1.5 in backward, by a tensor hook), mul_bug (bf16, block 1's MLP activation x1.02, a
+2% error just above bf16 noise), pg_bug (bf16, block 0 fc1 weight gradient x1.5 by a parameter hook).
+MODE: statistics, md5 or tensor.
 Each dump lands in ROOT/VARIANT-MODE/step0/rank/ (level mix).
 """
 
@@ -22,7 +24,7 @@ D, HEADS, T, B = 32, 4, 8, 2
 
 
 class Block(nn.Module):
-    def __init__(self, attn_scale: float = 1.0, ln_eps: float = 1e-5, grad_scale: float = 1.0):
+    def __init__(self, attn_scale: float = 1.0, ln_eps: float = 1e-5, grad_scale: float = 1.0, act_scale: float = 1.0):
         super().__init__()
         self.ln1 = nn.LayerNorm(D, eps=ln_eps)
         self.qkv = nn.Linear(D, 3 * D)
@@ -32,6 +34,7 @@ class Block(nn.Module):
         self.fc2 = nn.Linear(4 * D, D)
         self.attn_scale = attn_scale
         self.grad_scale = grad_scale
+        self.act_scale = act_scale
 
     def forward(self, x):
         h = self.ln1(x)
@@ -47,7 +50,10 @@ class Block(nn.Module):
         if self.grad_scale != 1.0 and y.requires_grad:
             y.register_hook(lambda g: g * self.grad_scale)
         x = x + self.proj(y)
-        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+        a = F.gelu(self.fc1(self.ln2(x)))
+        if self.act_scale != 1.0:
+            a = a * self.act_scale
+        return x + self.fc2(a)
 
 
 class Net(nn.Module):
@@ -56,7 +62,10 @@ class Net(nn.Module):
         self.block0 = Block()
         self.block1 = Block(attn_scale=1.5 if variant == "attn_bug" else 1.0,
                             ln_eps=0.1 if variant == "eps_bug" else 1e-5,
-                            grad_scale=1.5 if variant == "grad_bug" else 1.0)
+                            grad_scale=1.5 if variant == "grad_bug" else 1.0,
+                            act_scale=1.02 if variant == "mul_bug" else 1.0)
+        if variant == "pg_bug":
+            self.block0.fc1.weight.register_hook(lambda g: g * 1.5)
         self.ln_f = nn.LayerNorm(D)
         self.head = nn.Linear(D, 16)
 

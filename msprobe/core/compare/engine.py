@@ -60,6 +60,9 @@ class Report:
     score: Optional[np.ndarray] = None  # float64 per row: scaled error (|difference| / magnitude), for ranking
     unit: Optional[np.ndarray] = None  # float64 per row: unit roundoff of the lower-precision dtype (noise unit)
     ref_styles: Optional[np.ndarray] = None  # the reference's rule colours (compare.md §6), for comparison only
+    # int64 per row: position in execution order (forward rows in report order, then backward rows, then
+    # parameter gradients, which a dump lists with the forward call but computes in backward)
+    exec_pos: Optional[np.ndarray] = None
 
     @property
     def rows(self) -> int:
@@ -331,7 +334,10 @@ def _apply(rep: Report, j: vd.Judgement, cfg: CompareConfig) -> None:
     rep.verdict, rep.why, rep.score, rep.unit = j.verdict, j.why, j.score, j.unit
     rep.styles = _styles(j.verdict) if cfg.highlight else None
     rep.failing = int(np.count_nonzero(j.verdict == vd.FAIL))
+    rep.exec_pos = j.exec_pos
     fails = np.flatnonzero(j.verdict == vd.FAIL)
+    if len(fails) and j.exec_pos is not None:
+        fails = fails[np.argsort(j.exec_pos[fails], kind="stable")]  # first in execution order
     rep.first_red = (int(fails[0]), rep.names[int(fails[0])]) if len(fails) else None
     rep.worst = _worst(rep, j)
 

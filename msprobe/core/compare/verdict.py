@@ -63,6 +63,10 @@ MIN_FAIL = 0.005
 # A float argument differing by less than this relative amount was probably computed from a tensor
 # (``x.max().item()``) in a lower precision: WARN instead of FAIL.
 ARG_FLOAT_REL = 2.0 ** -7
+# A forward input that differs beyond its own rounding (K_ROUND units) with no compared producer enters a
+# difference when one of the UNMATCHED_WINDOW API calls before it has no golden counterpart (a target-only
+# op, its likely producer); without such a call only beyond accumulated rounding (K_ACC units).
+UNMATCHED_WINDOW = 3
 
 # unit roundoff per dtype name (the text after the last '.', lower case; MindSpore names included)
 _UNIT = {
@@ -214,6 +218,7 @@ class Judgement:
     unit: np.ndarray  # noise unit of the row (unit roundoff of the lower-precision dtype)
     is_arg: np.ndarray  # bool: non-tensor argument rows
     by_inputs: Optional[np.ndarray] = None  # bool: score measured against the inputs' magnitude
+    exec_pos: Optional[np.ndarray] = None  # int64: position of each row in execution order (see judge)
 
 
 def scaled_errors(t: np.ndarray, g: np.ndarray, max_abs: Optional[np.ndarray] = None,
@@ -538,9 +543,17 @@ def judge(f: Facts) -> Judgement:
     exec_order = np.lexsort((np.arange(n), phase))
     exec_pos = np.empty(n, dtype=np.int64)
     exec_pos[exec_order] = np.arange(n)
+    # calls without any matched row (target-only ops such as an extra multiply) and, per call, the
+    # nearest such call before it within UNMATCHED_WINDOW calls
+    call_matched = np.zeros(n_api, dtype=bool)
+    np.logical_or.at(call_matched, inv, matched)
+    unm_idx = np.where(~call_matched, np.arange(n_api), -1)
+    prev_unm = np.concatenate([[-1], np.maximum.accumulate(unm_idx)[:-1]]) if n_api else unm_idx
+    near_unm = (prev_unm >= 0) & (np.arange(n_api) - prev_unm <= UNMATCHED_WINDOW)
     entering = np.zeros(n, dtype=bool)
-    if beyond_in.any():
-        linked = _linked_inputs(f.t_stats, f.g_stats, is_out & tens, beyond_in)
+    maybe_in = ins & ~within_own & ~nonfin_t_only
+    if maybe_in.any():
+        linked = _linked_inputs(f.t_stats, f.g_stats, is_out & tens, maybe_in)
         # gradients reach a backward call through autograd's own (unrecorded) sums of several backward
         # outputs: a backward input enters a difference only when it exceeds what the backward outputs
         # computed before it explain
@@ -548,7 +561,10 @@ def judge(f: Facts) -> Judgement:
         seen = np.concatenate([[-np.inf], np.maximum.accumulate(bwd_out)[:-1]]) if n else bwd_out
         with np.errstate(invalid="ignore", over="ignore"):
             bwd_explained = score <= AMP * np.maximum(seen, 0.0) + own_bound
-        cand_mask = beyond_in & ~linked & ~nonfin_t_only & ~(is_bwd & bwd_explained)
+        # a forward input enters a difference beyond accumulated rounding, or beyond its own rounding when
+        # a target-only op ran just before it (its likely producer)
+        fwd_enter = ~is_bwd & (~within_acc | near_unm[inv])
+        cand_mask = maybe_in & ~linked & ((is_bwd & ~within_acc & ~bwd_explained) | fwd_enter)
         cand = np.flatnonzero(cand_mask)
         if len(cand):
             fails = exec_pos[v == FAIL]
@@ -594,7 +610,7 @@ def judge(f: Facts) -> Judgement:
         if nonfin_t_only[i]:
             t_nf = [STAT_LABELS[j] + " " + repr(float(f.t_stats[j, i])) for j in range(2) if not np.isfinite(f.t_stats[j, i])]
             return ("NaN/inf on target only (" + ", ".join(t_nf) + ")" +
-                      ("" if vi == FAIL else ": inherited, its inputs already hold NaN/inf"))
+                    ("" if vi == FAIL else ": inherited, its inputs already hold NaN/inf"))
         elif vi == NOISE:
             if within_own[i]:
                 return f"{e_txt}: within {lab} rounding ({_pct(own_bound[i])})"
@@ -606,7 +622,7 @@ def judge(f: Facts) -> Judgement:
                 return f"{e_txt}: {lab} rounding carried from earlier ops (nothing failed before this row)"
             else:
                 return (f"{e_txt}: explained by its inputs' difference ({_pct(c or 0.0)}) and {lab} rounding "
-                          f"(nothing failed before this row)")
+                        f"(nothing failed before this row)")
         elif vi == WARN:
             if is_in[i]:
                 return f"{e_txt}: inherited, the input already differs beyond {lab} rounding"
@@ -616,8 +632,10 @@ def judge(f: Facts) -> Judgement:
                 return f"{e_txt}: inherited, its inputs already differ by {_pct(c)}"
         elif vi == FAIL:
             if entering[i]:
+                k_call = inv[i]
+                near = f"; nearest unmatched op above: {uniq[prev_unm[k_call]]}" if near_unm[k_call] else ""
                 return (f"{e_txt} on an input no compared op produced (beyond {lab} rounding): the op that made "
-                          f"it is unmatched or not dumped")
+                        f"it is unmatched or not dumped{near}")
             elif c is None or c <= own_bound[i]:
                 return f"{e_txt} while its inputs agree within {lab} rounding"
             else:
@@ -632,7 +650,7 @@ def judge(f: Facts) -> Judgement:
     for i in pass_nf.tolist():
         vals = {repr(float(x)) for x in f.t_stats[:, i] if not np.isfinite(x)}
         why.set(i, f"both sides {'/'.join(sorted(vals))}: equal")
-    return Judgement(v, why, score, stat, unit, is_arg, use_in)
+    return Judgement(v, why, score, stat, unit, is_arg, use_in, exec_pos)
 
 
 def _linked_inputs(t: np.ndarray, g: np.ndarray, producer: np.ndarray, rows: np.ndarray) -> np.ndarray:
