@@ -208,6 +208,27 @@ def test_op_returning_a_module_input_records_that_modules_share(tmp_path, level)
         assert_grad(data["Module.norm.RMSNorm.backward.0"]["output"][0], g_inside, "norm output")
 
 
+def test_reference_rule_for_ops_returning_their_input(tmp_path):
+    """``Hooks.identity_records = False`` (for a reference-exact capture mode): the reference's record, the
+    node of the op that produced the tensor (here the view of F.linear's 2-D result: its [4, 8] gradient)."""
+    torch.manual_seed(2)
+    model = ReturnsInput(False)
+    x = x_input(4, 8)
+    cfg = {"task": "statistics", "dump_path": str(tmp_path / "dump"), "rank": [], "step": [], "level": "L1",
+           "async_dump": False}
+    (tmp_path / "c.json").write_text(json.dumps(cfg))
+    dbg = PrecisionDebugger(config_path=str(tmp_path / "c.json"))
+    PrecisionDebugger._get().service.hooks.identity_records = False
+    dbg.start(model)
+    model(x).backward()
+    dbg.stop()
+    dbg.step()
+    with open(tmp_path / "dump" / "step0" / "rank" / "dump.json", encoding="utf-8") as f:
+        data = json.load(f)["data"]
+    for name in ("Tensor.float.0.backward", "Tensor.to.0.backward", "Functional.dropout.0.backward"):
+        assert data[name]["input"][0]["shape"] == [2, 2, 8] and data[name]["output"][0]["shape"] == [4, 8]
+
+
 def test_op_returning_a_leaf_input_records_the_gradient_reaching_it(tmp_path):
     class LeafFloat(nn.Module):
         def __init__(self):

@@ -285,6 +285,10 @@ class Hooks:
         self._param_handles = []
         self._writes = {}           # name -> what a call may write that _version does not show (_write_kind)
         self._open = []             # [edges, identity ops, generation] of the modules whose forward is running
+        # ops returning their input get the identity record (_api_backward_hook); False: the reference's
+        # records instead (its producer's node, except for an input of the module running the op, where
+        # the reference's module hooks give that module's share, as here)
+        self.identity_records = True
         self._work_classes = set()  # Work classes whose wait() is wrapped (async collectives)
 
     # ------------------------------------------------------------------ install
@@ -607,13 +611,13 @@ class Hooks:
                     if a is t:               # an input of the module running it: that module's share
                         opened[1].append((j, bname))
                         return
-
-            def identity(grad):
-                if col.generation == gen and not TLS.depth:
-                    guarded(errors, bname, col.api_backward, bname, (grad,), (grad,))
-                return None
-            self._on_grad(t, 1, identity, gen)
-            return
+            if self.identity_records:
+                def identity(grad):
+                    if col.generation == gen and not TLS.depth:
+                        guarded(errors, bname, col.api_backward, bname, (grad,), (grad,))
+                    return None
+                self._on_grad(t, 1, identity, gen)
+                return
         node = t.grad_fn
         if node is None:
             return
