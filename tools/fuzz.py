@@ -59,13 +59,17 @@ OUTCOMES = ("success", "clean error", "internal error", "traceback", "hang", "da
 # ------------------------------------------------------------------------------------------- mutations
 
 DEEP = 1000
+_DEEP_MARK = "@@msprobe-fuzz-deep-%d@@"
 
 
 def _deep_value(depth: int = DEEP):
-    v: object = 1
-    for _ in range(depth):
-        v = [v]
-    return v
+    """A placeholder string, replaced by a value nested ``depth`` deep once the document is serialised
+    (the serialisers themselves recurse)."""
+    return _DEEP_MARK % depth
+
+
+def _expand_deep(text: str) -> str:
+    return re.sub(r'"@@msprobe-fuzz-deep-(\d+)@@"', lambda m: "[" * int(m.group(1)) + "1" + "]" * int(m.group(1)), text)
 
 
 def _odd_values(rnd: random.Random) -> list:
@@ -132,8 +136,10 @@ def _structural(data: bytes, rnd: random.Random, fmt: str) -> Optional[bytes]:
         if fmt == "yaml":
             import yaml
 
-            return yaml.safe_dump(obj, allow_unicode=rnd.random() < 0.5).encode("utf-8")
-        return json.dumps(obj, indent=rnd.choice((None, 1, 4)), ensure_ascii=rnd.random() < 0.5).encode("utf-8")
+            text = yaml.safe_dump(obj, allow_unicode=rnd.random() < 0.5)
+            return re.sub(r"'?@@msprobe-fuzz-deep-(\d+)@@'?", lambda m: "[" * int(m.group(1)) + "1" + "]" * int(m.group(1)), text).encode("utf-8")
+        text = json.dumps(obj, indent=rnd.choice((None, 1, 4)), ensure_ascii=rnd.random() < 0.5)
+        return _expand_deep(text).encode("utf-8")
     except (RecursionError, ValueError, TypeError):
         return None
 

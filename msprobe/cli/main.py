@@ -77,6 +77,10 @@ def main(argv: Optional[List[str]] = None, exiting: bool = False) -> int:
         parser.print_help()
         return 0
     name = argv[0]
+    bad = next((a for a in argv if "\0" in a), None)
+    if bad is not None:  # only possible in-process (a shell cannot pass one): os calls would raise ValueError
+        print(f"msprobe: error: argument {bad[:100]!r} holds a NUL character; correct it", file=sys.stderr)
+        return 2
     module, parser = command_parser(name)
     args = parser.parse_args(argv[1:])
     args.framework = framework

@@ -195,7 +195,7 @@ def _loads(data: bytes, keep_markers: bool = False):
     try:
         return _check_depth(data, orjson.loads(data))
     except orjson.JSONDecodeError as exc:
-        if "recursion limit" in str(exc):
+        if "depth limit" in str(exc) or "recursion limit" in str(exc):
             raise JsonTooDeep(json_depth(data)) from None
     # The reference writes NaN / Infinity as bare tokens (invalid JSON).  Turn them into marker strings,
     # parse with orjson, then put the floats back: several times faster than the stdlib parser.

@@ -172,6 +172,11 @@ class _Walker:
         else:
             row_name = name
         md5 = get("md5")
+        if md5 is not None and md5.__class__ is not str:
+            raise MsprobeError(
+                f"{self.side} dump.json {self.rows.path}: entry {name} has md5 {str(md5)[:60]!r}, expected a string "
+                f"of hex digits; the file is damaged or was edited: re-run the dump"
+            )
         if dtype:
             mx, mn, me, no = get("Max"), get("Min"), get("Mean"), get("Norm")
             if mx.__class__ is bool or mn.__class__ is bool or me.__class__ is bool or no.__class__ is bool:

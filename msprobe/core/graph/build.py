@@ -210,7 +210,12 @@ def split_items(entry, node_id: str, path: str = "") -> Tuple[Dict[str, dict], D
     outputs: Dict[str, dict] = {}
     for name, item in flatten_entry(entry, node_id, path):
         data_name = item["data_name"]
-        if data_name != "-1" and data_name.__class__ is str:
+        if data_name != "-1":
+            if data_name.__class__ is not str or "/" in data_name or "\\" in data_name or data_name in (".", ".."):
+                raise MsprobeError(
+                    f"dump.json {path}: {name} has data_name {str(data_name)[:80]!r}; it must be a plain file name "
+                    f"inside dump_tensor_data (a string, no directories): the file is damaged or was edited, re-run the dump"
+                )
             name = data_name.rsplit(".", 1)[0]
         if ".output." in name and ".input." not in name:
             outputs[name] = item

@@ -276,6 +276,10 @@ def _convert(item: Any, where: str) -> Any:
     if typ in TENSOR_TYPES:
         if not isinstance(item.get("shape"), list) or not isinstance(item.get("dtype"), str):
             raise MsprobeError(f"{where}: tensor record without shape/dtype; the dump is damaged")
+        bad = [s for s in item["shape"] if s.__class__ is not int or s < 0]
+        if bad:
+            raise MsprobeError(f"{where}: tensor shape {str(item['shape'])[:80]} holds {str(bad[0])[:40]!r}; a shape is a "
+                               f"list of non-negative integers: the dump is damaged or was edited, re-run the dump")
         return _Tensor(item)
     if typ in _SCALAR_TYPES or (isinstance(typ, str) and typ != "numpy.ndarray" and "value" in item
                                 and typ.startswith(("numpy.", "float", "int", "uint", "bool", "complex"))):

@@ -1,0 +1,424 @@
+"""Regression tests: every bad-input signature listed in issue 17 and found by the fuzzer (tools/fuzz.py).
+
+Each case damages a copy of a reference dump in one way and runs the command in-process
+(``msprobe.cli.main.main``).  It must end with a non-zero status and exactly one ``msprobe: error:``
+line naming the damaged file: no traceback, no ``internal error`` (before the fix each one crashed with
+the exception named in its test's docstring).  Log lines (``[msprobe] INFO ...``) may precede it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import fixtures_or_skip
+
+STAT = "mlp_bf16_stat_mix"
+MD5 = "mlp_bf16_md5"
+TENSOR = "mlp_bf16_tensor_mix"
+DEEP = 1000
+
+
+DEEP_MARK = "@@deep@@"
+
+
+def deep(depth: int = DEEP):
+    """A placeholder that :func:`edit_json` turns into a value nested ``depth`` deep."""
+    return DEEP_MARK
+
+
+def deep_text(depth: int = DEEP) -> str:
+    return "[" * depth + "1" + "]" * depth
+
+
+def copy_rank(tmp_path: Path, case: str = STAT):
+    fx = fixtures_or_skip()
+    out = []
+    for side, short in (("target", "t"), ("golden", "g")):
+        src = next(p for p in sorted((fx / case / side / "step0").iterdir()) if p.is_dir())
+        dst = tmp_path / short / "rank"
+        shutil.copytree(src, dst)
+        for root, dirs, files in os.walk(dst):
+            os.chmod(root, 0o755)
+            for f in files:
+                os.chmod(os.path.join(root, f), 0o644)
+        out.append(dst)
+    return out
+
+
+def run(argv, capsys, monkeypatch, tmp_path):
+    from msprobe.cli.main import main
+
+    monkeypatch.delenv("MSPROBE_DEBUG", raising=False)
+    monkeypatch.setenv("MSPROBE_LOG_DIR", str(tmp_path / "_logs"))
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    try:
+        rc = main([str(a) for a in argv])
+    except SystemExit as exc:  # argparse
+        rc = exc.code
+    cap = capsys.readouterr()
+    return rc, cap.out + cap.err
+
+
+def assert_clean(rc, text, *needles):
+    assert "Traceback" not in text, text
+    assert "internal error" not in text, text
+    assert rc not in (0, None), text
+    errors = [line for line in text.splitlines() if line.startswith("msprobe: error:")]
+    others = [line for line in text.splitlines()
+              if line.strip() and not line.startswith(("msprobe: error:", "[msprobe] "))]
+    assert len(errors) == 1, text
+    assert not others, text
+    for n in needles:
+        assert str(n) in errors[0], text
+    return errors[0]
+
+
+def edit_json(path: Path, fn):
+    obj = json.loads(path.read_text())
+    fn(obj)
+    path.write_text(json.dumps(obj, indent=1).replace(json.dumps(DEEP_MARK), deep_text()))
+
+
+# ------------------------------------------------------------------------ 1,000-deep JSON (RecursionError)
+
+
+def _deep_in_dump(path: Path):
+    def fn(obj):
+        first = next(iter(obj["data"].values()))
+        first["input_args"][0]["value"] = deep()  # a leaf's value: the writers' text of it recursed
+        first["input_args"].append({"type": "int", "value": deep()})
+    edit_json(path, fn)
+
+
+@pytest.mark.parametrize("fmt", ["--xlsx", "--csv"])
+def test_deep_dump_json_compare(tmp_path, capsys, monkeypatch, fmt):
+    """RecursionError in the xlsx / csv writers (a value nested 1,000 deep in dump.json)."""
+    t, g = copy_rank(tmp_path)
+    _deep_in_dump(t / "dump.json")
+    rc, text = run(["compare", "-tp", t / "dump.json", "-gp", g / "dump.json", "-o", tmp_path / "out", fmt],
+                   capsys, monkeypatch, tmp_path)
+    line = assert_clean(rc, text, t / "dump.json")
+    assert "levels deep" in line and "100" in line
+
+
+def test_deep_dump_json_graph(tmp_path, capsys, monkeypatch):
+    """RecursionError in graph format_nodes / _leaf_item."""
+    t, g = copy_rank(tmp_path)
+    _deep_in_dump(t / "dump.json")
+    rc, text = run(["graph", "-tp", t, "-o", tmp_path / "out"], capsys, monkeypatch, tmp_path)
+    assert_clean(rc, text, t / "dump.json")
+
+
+def test_deep_stack_json(tmp_path, capsys, monkeypatch):
+    """RecursionError in load_stack (compare -s) and in the graph."""
+    t, g = copy_rank(tmp_path)
+    edit_json(t / "stack.json", lambda obj: obj["0"][1].append(deep()))
+    rc, text = run(["compare", "-tp", t / "dump.json", "-gp", g / "dump.json", "-o", tmp_path / "out", "-s"],
+                   capsys, monkeypatch, tmp_path)
+    assert_clean(rc, text, t / "stack.json")
+    rc, text = run(["graph", "-tp", t, "-o", tmp_path / "out2"], capsys, monkeypatch, tmp_path)
+    assert_clean(rc, text, t / "stack.json")
+
+
+def test_deep_construct_json(tmp_path, capsys, monkeypatch):
+    """RecursionError from construct.json in the graph."""
+    t, g = copy_rank(tmp_path)
+    edit_json(t / "construct.json", lambda obj: obj.__setitem__("Module.fc1.Linear.forward.0", deep()))
+    rc, text = run(["graph", "-tp", t, "-gp", g, "-o", tmp_path / "out"], capsys, monkeypatch, tmp_path)
+    assert_clean(rc, text, t / "construct.json")
+
+
+def test_deeper_than_orjson_limit(tmp_path, capsys, monkeypatch):
+    """Nesting beyond the JSON parser's own limit (1,024) gets the same one line."""
+    t, g = copy_rank(tmp_path)
+    text = (t / "dump.json").read_text()
+    (t / "dump.json").write_text(text.replace('"data": {', '"junk": ' + deep_text(5000) + ', "data": {', 1))
+    rc, out = run(["compare", "-tp", t / "dump.json", "-gp", g / "dump.json", "-o", tmp_path / "out"],
+                  capsys, monkeypatch, tmp_path)
+    assert "levels deep" in assert_clean(rc, out, t / "dump.json")
+
+
+def test_deep_config_json_precision_debugger(tmp_path):
+    """RecursionError raised into the training script by PrecisionDebugger(config_path=...)."""
+    pytest.importorskip("torch")
+    from msprobe.core.errors import MsprobeError
+    from msprobe.pytorch import PrecisionDebugger
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"task": "statistics", "dump_path": str(tmp_path / "dump"), "level": "L1",
+                               "statistics": {"scope": [], "list": deep()}}).replace(json.dumps(DEEP_MARK), deep_text()))
+    with pytest.raises(MsprobeError) as err:
+        PrecisionDebugger(config_path=str(cfg))
+    assert str(cfg) in str(err.value) and "levels deep" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_depth_limit_is_above_real_dumps():
+    """The limit leaves room: the reference fixtures nest at most 6 levels; counting ignores brackets in strings."""
+    from msprobe.core.fileio import JSON_MAX_DEPTH, json_depth
+
+    fx = fixtures_or_skip()
+    depths = [json_depth(p.read_bytes()) for p in fx.rglob("*.json")]
+    assert depths and max(depths) <= 10 < JSON_MAX_DEPTH <= 200
+    assert json_depth(b'{"a": "[[[[\\"[[", "b": [[[{}]]], "c": "\\\\"}') == 5
+    assert json_depth(deep_text(1000).encode()) == 1000
+
+
+# ------------------------------------------------------------------------ valid JSON of the wrong shape
+
+
+@pytest.mark.parametrize("frame", [{"a": 1}, ["x", "y"], 3])
+def test_stack_frame_not_a_string_compare(tmp_path, capsys, monkeypatch, frame):
+    """load_stack_frames: TypeError 'unhashable type' (a stack.json frame that is a dict or a list)."""
+    t, g = copy_rank(tmp_path)
+    edit_json(t / "stack.json", lambda obj: obj["0"][1].__setitem__(0, frame))
+    rc, text = run(["compare", "-tp", t / "dump.json", "-gp", g / "dump.json", "-o", tmp_path / "out", "-s"],
+                   capsys, monkeypatch, tmp_path)
+    assert_clean(rc, text, t / "stack.json")
+
+
+@pytest.mark.parametrize("where", ["frame", "api"])
+def test_stack_frame_not_a_string_graph(tmp_path, capsys, monkeypatch, where):
+    """graph simplify_stack / load_stack_frames: TypeError on a frame or API name that is a list/dict."""
+    t, g = copy_rank(tmp_path)
+    edit_json(t / "stack.json", lambda obj: obj["0"][1 if where == "frame" else 0].__setitem__(0, ["x"] if where == "frame" else {"a": 1}))
+    rc, text = run(["graph", "-tp", t, "-gp", g, "-o", tmp_path / "out"], capsys, monkeypatch, tmp_path)
+    assert_clean(rc, text, t / "stack.json")
+
+
+@pytest.mark.parametrize("value", [["a", "b"], 7, True])
+def test_compare_json_path_wrong_type(tmp_path, capsys, monkeypatch, value):
+    """check_path: TypeError on a compare.json npu_path / bench_path that is a list, int or bool."""
+    t, g = copy_rank(tmp_path)
+    cfg = tmp_path / "compare.json"
+    cfg.write_text(json.dumps({"npu_path": str(t / "dump.json"), "bench_path": value}))
+    rc, text = run(["-f", "pytorch", "compare", "-i", cfg, "-o", tmp_path / "out"], capsys, monkeypatch, tmp_path)
+    assert_clean(rc, text, cfg, "bench_path")
+
+
+def test_check_path_refuses_non_strings():
+    from msprobe.core.errors import MsprobeError
+    from msprobe.core.fileio import check_path
+
+    for bad in (["a"], 3, True, {"a": 1}):
+        with pytest.raises(MsprobeError, match="expected a path"):
+            check_path(bad, "target path")
+
+
+def test_construct_parent_not_a_string(tmp_path, capsys, monkeypatch):
+    """graph _fix_inplace_parent: AttributeError on a construct.json parent that is a number or list."""
+    t, g = copy_rank(tmp_path)
+    edit_json(t / "construct.json", lambda obj: obj.__setitem__("Functional.linear.0.forward", [1, 2, 3]))
+    rc, text = run(["graph", "-tp", t, "-gp", g, "-o", tmp_path / "out"], capsys, monkeypatch, tmp_path)
+    assert_clean(rc, text, t / "construct.json", "Functional.linear.0.forward")
+
+
+def test_md5_not_a_string(tmp_path, capsys, monkeypatch):
+    """compare (md5 mode): KeyError 0 when an md5 field holds a dict."""
+    t, g = copy_rank(tmp_path, MD5)
+
+    def fn(obj):
+        rec = next(iter(obj["data"].values()))["input_args"][0]
+        rec["md5"] = {"x": 1}
+    edit_json(g / "dump.json", fn)
+    rc, text = run(["compare", "-tp", t / "dump.json", "-gp", g / "dump.json", "-o", tmp_path / "out"],
+                   capsys, monkeypatch, tmp_path)
+    assert_clean(rc, text, g / "dump.json", "md5")
+
+
+def test_graph_data_name_not_a_string(tmp_path, capsys, monkeypatch):
+    """graph compare _tensor_fields: TypeError 'join() argument must be str ... not float'."""
+    t, g = copy_rank(tmp_path, TENSOR)
+
+    def fn(obj):
+        rec = obj["data"]["Functional.linear.0.forward"]["input_args"][0]
+        rec["data_name"] = 1.5
+    edit_json(t / "dump.json", fn)
+    rc, text = run(["graph", "-tp", t, "-gp", g, "-o", tmp_path / "out"], capsys, monkeypatch, tmp_path)
+    assert_clean(rc, text, t / "dump.json", "data_name")
+
+
+# ------------------------------------------------------------------------ op_generate
+
+
+def _op_config(tmp_path: Path, dump_json: Path, **extra) -> Path:
+    cfg = tmp_path / "config_op.json"
+    obj = {"dump_json_path": str(dump_json), "api_name": "Functional.linear.0",
+           "extract_api_path": str(tmp_path / "extract.json"), "propagation": "forward",
+           "data_mode": "random_data", "random_seed": 1234, "iter_times": 1}
+    obj.update(extra)
+    cfg.write_text(json.dumps(obj))
+    return cfg
+
+
+def test_op_generate_dict_in_shape(tmp_path, capsys, monkeypatch):
+    """op_generate generator.py: TypeError on a dict inside a shape."""
+    pytest.importorskip("torch")
+    t, g = copy_rank(tmp_path)
+
+    def fn(obj):
+        obj["data"]["Functional.linear.0.forward"]["input_args"][0]["shape"] = [8, {"a": 1}]
+    edit_json(t / "dump.json", fn)
+    cfg = _op_config(tmp_path, t / "dump.json")
+    rc, text = run(["op_generate", "-i", cfg, "-o", tmp_path / "out"], capsys, monkeypatch, tmp_path)
+    assert_clean(rc, text, "shape")
+
+
+def test_op_generate_path_too_long(tmp_path, capsys, monkeypatch):
+    """op_generate: OSError 'File name too long' from atomic_write (a 100,000-character path)."""
+    pytest.importorskip("torch")
+    t, g = copy_rank(tmp_path)
+    cfg = _op_config(tmp_path, t / "dump.json", extract_api_path=str(tmp_path / ("x" * 100_000 + ".json")))
+    rc, text = run(["op_generate", "-i", cfg, "-o", tmp_path / "out"], capsys, monkeypatch, tmp_path)
+    assert "too long" in assert_clean(rc, text)
+    rc, text = run(["op_generate", "-i", cfg, "-o", str(tmp_path / "o") + "x" * 100_000], capsys, monkeypatch, tmp_path)
+    assert "long" in assert_clean(rc, text)
+
+
+# ------------------------------------------------------------------------ encodings
+
+
+@pytest.mark.parametrize("name", ["dump.json", "stack.json"])
+def test_not_utf8(tmp_path, capsys, monkeypatch, name):
+    """UnicodeDecodeError: a dump.json / stack.json that is not UTF-8 (GBK / UTF-16 bytes)."""
+    t, g = copy_rank(tmp_path)
+    p = t / name
+    text = p.read_text()
+    p.write_bytes(text.replace('"', '"\u4e2d\u6587', 2).encode("gbk"))
+    rc, out = run(["compare", "-tp", t / "dump.json", "-gp", g / "dump.json", "-o", tmp_path / "out", "-s"],
+                  capsys, monkeypatch, tmp_path)
+    assert_clean(rc, out, p)
+    rc, out = run(["graph", "-tp", t, "-o", tmp_path / "out2"], capsys, monkeypatch, tmp_path)
+    assert_clean(rc, out, p)
+    p.write_bytes(text.encode("utf-16"))  # JSON's own encoding detection reads UTF-16: a success is fine
+    rc, out = run(["compare", "-tp", t / "dump.json", "-gp", g / "dump.json", "-o", tmp_path / "out3", "-s"],
+                  capsys, monkeypatch, tmp_path)
+    assert rc in (0, 2) and "Traceback" not in out and "internal error" not in out, out
+
+
+def test_config_not_utf8(tmp_path):
+    from msprobe.core.dump.config import load_dump_config
+    from msprobe.core.errors import MsprobeError
+
+    cfg = tmp_path / "config.json"
+    cfg.write_bytes('{"task": "statistics", "dump_path": "\u4e2d\u6587"}'.encode("gbk"))
+    with pytest.raises(MsprobeError) as err:
+        load_dump_config(str(cfg))
+    assert str(cfg) in str(err.value)
+
+
+# ------------------------------------------------------------------------ tensors (.npy kernel dumps, .pt)
+
+
+def _kernel_pair(tmp_path: Path):
+    fx = fixtures_or_skip()
+    src = fx / "mindspore_ir" / "train" / "dump"
+    if not src.is_dir():
+        pytest.skip("mindspore_ir fixture absent")
+    out = []
+    for side in ("t", "g"):
+        shutil.copytree(src / "rank_0" / "Net", tmp_path / side / "rank_0" / "Net")
+        out.append(tmp_path / side)
+    return out
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "header", "huge"])
+def test_kernel_npy_damaged(tmp_path, capsys, monkeypatch, damage):
+    """kernel compare _npy_row: EOFError (empty), TokenError / ValueError (damaged header), MemoryError
+    (a header claiming a huge shape).  The damaged file's row says it cannot be read; the others are compared."""
+    t, g = _kernel_pair(tmp_path)
+    victim = sorted(g.rglob("*.npy"))[0]
+    data = victim.read_bytes()
+    if damage == "empty":
+        victim.write_bytes(b"")
+    elif damage == "truncated":
+        victim.write_bytes(data[:len(data) - 3])
+    elif damage == "header":
+        victim.write_bytes(data[:20] + b"\x00(((" + data[24:])
+    else:
+        head = "{'descr': '<f4', 'fortran_order': False, 'shape': (1048576, 1048576), }"
+        head = head + " " * (118 - len(head)) + "\n"
+        victim.write_bytes(b"\x93NUMPY\x01\x00" + len(head).to_bytes(2, "little") + head.encode() + data[128:])
+    rc, text = run(["compare", "-tp", t, "-gp", g, "-o", tmp_path / "out", "--rank", "0", "--csv"],
+                   capsys, monkeypatch, tmp_path)
+    assert "Traceback" not in text and "internal error" not in text, text
+    assert rc == 0, text
+    assert victim.name in text  # the warning names the file
+
+
+def test_npy_huge_header_refused_before_loading(tmp_path):
+    """A 10-GB 'tensor': refused from its header, before any allocation."""
+    from msprobe.core.io.tensors import TensorReadError, load_npy
+
+    p = tmp_path / "x.npy"
+    np.save(p, np.zeros((4, 4), np.float32))
+    data = p.read_bytes()
+    head = "{'descr': '<f4', 'fortran_order': False, 'shape': (50000, 50000), }"
+    head = head + " " * (118 - len(head)) + "\n"
+    p.write_bytes(b"\x93NUMPY\x01\x00" + len(head).to_bytes(2, "little") + head.encode() + data[128:])
+    with pytest.raises(TensorReadError, match="10000000000 bytes") as err:
+        load_npy(p)
+    assert str(p) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_npy_shape_beyond_memory(tmp_path, monkeypatch):
+    from msprobe.core.io.tensors import TensorReadError, load_npy
+
+    p = tmp_path / "x.npy"
+    np.save(p, np.zeros((1000, 1000), np.float32))
+    monkeypatch.setenv("MSPROBE_MEMORY_LIMIT", "1000000")
+    with pytest.raises(TensorReadError, match="memory"):
+        load_npy(p)
+
+
+# ------------------------------------------------------------------------ -da on md5 dumps, internal errors
+
+
+def test_diff_analyze_on_md5_pair(tmp_path, capsys, monkeypatch):
+    """-da on an md5 dump pair: ValueError "'NPU max' is not in list" in diff_analyze (no mutation needed)."""
+    t, g = copy_rank(tmp_path, MD5)
+    rc, text = run(["compare", "-tp", t / "dump.json", "-gp", g / "dump.json", "-o", tmp_path / "out", "-da"],
+                   capsys, monkeypatch, tmp_path)
+    assert "Traceback" not in text and "internal error" not in text, text
+    assert rc in (0, 1, 2), text
+
+
+def test_nul_in_argument(tmp_path, capsys, monkeypatch):
+    """ValueError 'embedded null byte' from os calls (only reachable in-process)."""
+    t, g = copy_rank(tmp_path)
+    rc, text = run(["compare", "-tp", t / "dump.json", "-gp", g / "dump.json", "-o", str(tmp_path / "out") + "\x00"],
+                   capsys, monkeypatch, tmp_path)
+    assert_clean(rc, text, "NUL")
+
+
+def test_internal_error_logs_traceback(tmp_path, capsys, monkeypatch):
+    """A real bug: one 'msprobe: internal error:' line naming a 0600 log file that holds the traceback."""
+    import msprobe.cli.compare as cli_compare
+
+    def boom(args):
+        raise ZeroDivisionError("boom")
+
+    monkeypatch.setattr(cli_compare, "run", boom)
+    rc, text = run(["compare", "-tp", "x", "-gp", "y"], capsys, monkeypatch, tmp_path)
+    assert rc == 1
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("msprobe: internal error: ZeroDivisionError: boom"), text
+    assert "Traceback" not in text
+    logs = list((tmp_path / "_logs").glob("*.log"))
+    assert len(logs) == 1 and str(logs[0]) in lines[0]
+    assert "Traceback" in logs[0].read_text() and "boom" in logs[0].read_text()
+    assert (logs[0].stat().st_mode & 0o777) == 0o600
+    monkeypatch.setenv("MSPROBE_DEBUG", "1")
+    from msprobe.cli.main import main
+
+    capsys.readouterr()
+    assert main(["compare", "-tp", "x", "-gp", "y"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "msprobe: internal error: ZeroDivisionError" in err
