@@ -34,8 +34,8 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
 from fault_injection.cases import CASES  # noqa: E402
-from fault_injection.evaluate import (RankAnswer, names_match, pair_paths, parse_advisor_files,  # noqa: E402
-                                      run_ours)
+from fault_injection.evaluate import (RankAnswer, answer, names_match, names_nothing, names_op,  # noqa: E402
+                                      pair_paths, parse_advisor_files, run_ours)
 
 REF_VERSION = "8.3.3"
 
@@ -122,11 +122,15 @@ def main(argv=None) -> int:
         shutil.rmtree(out, ignore_errors=True)
         ours = run_ours(t, g, out / "ours", multi)
         ranks = list(case.expected) if case.expected else (["rank0", "rank1"] if multi else ["rank"])
-        adv = {r: ours.ranks.get(r, RankAnswer()).advisor_file for r in ranks}
-        adv_console = {r: ours.ranks.get(r, RankAnswer()).advisor_console for r in ranks}
-        da = {r: ours.ranks.get(r, RankAnswer()).da_first for r in ranks}
-        row = {"case": case, "adv": adv, "adv_ok": verdict(case, adv) and verdict(case, adv_console),
-               "da": da, "da_ok": verdict(case, da), "ours_rc": ours.rc}
+        ans = {r: ours.ranks.get(r, RankAnswer()) for r in ranks}
+
+        def ok(which):
+            if case.control:
+                return all(names_nothing(a, which) for a in ans.values())
+            return all(names_op(ans[r], which, e) for r, e in case.expected.items())
+
+        row = {"case": case, "adv": {r: answer(a, "advisor") for r, a in ans.items()}, "adv_ok": ok("advisor"),
+               "da": {r: answer(a, "da") for r, a in ans.items()}, "da_ok": ok("da"), "ours_rc": ours.rc}
         if exe is not None:
             rc, ref_ranks, log = run_reference(exe, t, g, out / "reference", multi)
             ref = {r: ref_ranks.get(r, RankAnswer()).advisor_file for r in ranks}

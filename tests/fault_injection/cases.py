@@ -25,6 +25,7 @@ class Case:
     target_dtype: str = "fp32"
     golden_dtype: str = "fp32"
     golden_fault: dict = field(default_factory=dict)   # the golden run's settings (same structure, no fault)
+    target_only: bool = False   # the culprit is an op only the target runs (no golden row of that name)
 
     @property
     def control(self) -> bool:
@@ -55,6 +56,12 @@ CASES: List[Case] = [
     Case("tf_attn_scale_bf16_stat", "tf", {"attn_scale": {1: 1.5}}, "statistics", "mix",
          "block 1 attention scores x1.5 before softmax; bf16 autocast target vs fp32 golden", _one(ATTN_MUL_1),
          target_dtype="bf16"),
+    Case("tf_extra_mul_stat", "tf", {"extra_mul": {1: 1.5}}, "statistics", "mix",
+         "block 1: the target alone multiplies the scores by 1.5 (an op with no golden counterpart)",
+         _one("Tensor.mul.0.forward"), target_only=True),
+    Case("tf_extra_mul_bf16_tensor", "tf", {"extra_mul": {0: 1.5}}, "tensor", "L1",
+         "block 0: the target alone multiplies the scores by 1.5; bf16 target vs fp32 golden",
+         _one("Tensor.mul.0.forward"), target_dtype="bf16", target_only=True),
     Case("tf_ln_eps_stat", "tf", {"ln_eps": {"0.ln2": 0.1}}, "statistics", "L1",
          "block 0 ln2 LayerNorm eps=0.1 instead of 1e-5", _one(LN_0_LN2[0])),
     Case("tf_ln_eps_tensor", "tf", {"ln_eps": {"0.ln2": 0.1}}, "tensor", "mix",

@@ -30,11 +30,13 @@ FAILING_RESULTS = {"warning", "different", "no", "fail", "failed"}
 class RankAnswer:
     advisor_file: Optional[str] = None      # Suspect Nodes (None: NA)
     advisor_line: Optional[str] = None      # Line:
+    advisor_producer: Optional[str] = None  # "Producer: produced by X ..." (the op that made a failing input)
     advisor_console: Optional[str] = None   # "first failing row: X"
     advisor_console_row: Optional[int] = None
     advisor_none_text: str = ""             # the console line when nothing fails
     da_first: Optional[str] = None          # first divergence (None: none or absent)
     da_first_text: str = ""                 # the whole line
+    da_producer: Optional[str] = None       # "..., produced by X ..." on that line
     growth: List[str] = field(default_factory=list)   # msprobe_suspects, best first
     red: Optional[int] = None
     yellow: Optional[int] = None
@@ -113,6 +115,8 @@ def parse_console(text: str, multi: bool) -> Dict[str, RankAnswer]:
                 a.da_first_text = line.strip()
                 name = m.group(2).rstrip(",")
                 a.da_first = None if name.lower().startswith("none") else name
+                p = re.search(r"produced by (\S+)", m.group(3))
+                a.da_producer = p.group(1).rstrip(",") if p else None
     return ranks
 
 
@@ -128,6 +132,9 @@ def parse_advisor_files(out_dir: str, multi: bool, ranks: Dict[str, RankAnswer])
                     a.advisor_file = None if v in ("", "NA", "N/A", "None") else v
                 elif line.startswith("Line:"):
                     a.advisor_line = line.split(":", 1)[1].strip()
+                elif line.startswith("Producer:"):
+                    p = re.search(r"produced by (\S+)", line)
+                    a.advisor_producer = p.group(1).rstrip(",") if p else None
 
 
 def parse_diff_analyze(out_dir: str, multi: bool, ranks: Dict[str, RankAnswer]) -> None:
@@ -157,6 +164,34 @@ def names_match(named: Optional[str], expected: List[str]) -> bool:
     if not named:
         return False
     return any(named == e or named.startswith(e + ".") for e in expected)
+
+
+def answer(a: RankAnswer, which: str) -> str:
+    """What one rank's advisor (``which="advisor"``) or -da names, for tables."""
+    if which == "advisor":
+        named = a.advisor_file if a.advisor_file == a.advisor_console else \
+            f"file {a.advisor_file} / console {a.advisor_console}"
+        prod = a.advisor_producer
+    else:
+        named, prod = a.da_first, a.da_producer
+    named = "none" if named is None else named
+    return f"{named} (produced by {prod})" if prod else named
+
+
+def names_op(a: RankAnswer, which: str, expected: List[str]) -> bool:
+    """The named row is the expected op's, or the op named as its producer is (an input that differs is
+    blamed on the op that produced it).  The advisor's file and console must name the same row."""
+    if which == "advisor":
+        if a.advisor_file != a.advisor_console:
+            return False
+        return names_match(a.advisor_file, expected) or names_match(a.advisor_producer, expected)
+    return names_match(a.da_first, expected) or names_match(a.da_producer, expected)
+
+
+def names_nothing(a: RankAnswer, which: str) -> bool:
+    if which == "advisor":
+        return a.advisor_file is None and a.advisor_console is None
+    return a.da_first is None
 
 
 # ------------------------------------------------------------------------------------- report consistency

@@ -99,16 +99,33 @@ def generate(out: Path, only=None) -> dict:
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     chosen = [c for c in CASES if not only or c.name in only]
-    for case in chosen:
-        if case.model == "dist":
-            continue
-        for side in ("target", "golden"):
-            dump_single(case, side, out)
     dist_cases = [c for c in chosen if c.model == "dist"]
-    if dist_cases:
+    errors = []
+    runner = None
+    if dist_cases:   # the two gloo processes run while this one dumps the single-process cases
+        import threading
+
         from fault_injection.dist_worker import run_dist
 
-        run_dist(dist_cases, out)
+        def _dist():
+            try:
+                run_dist(dist_cases, out)
+            except BaseException as exc:  # noqa: BLE001 - re-raised below
+                errors.append(exc)
+
+        runner = threading.Thread(target=_dist)
+        runner.start()
+    try:
+        for case in chosen:
+            if case.model == "dist":
+                continue
+            for side in ("target", "golden"):
+                dump_single(case, side, out)
+    finally:
+        if runner is not None:
+            runner.join()
+    if errors:
+        raise errors[0]
     manifest = {}
     if only and (out / "cases.json").is_file():
         manifest = json.loads((out / "cases.json").read_text())

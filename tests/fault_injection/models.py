@@ -12,6 +12,7 @@ Transformer (``TinyTransformer``):
   ``gelu_grad``    {block: s}  the GELU's gradient output x s (a wrong backward kernel)
   ``fused_softmax`` {block: m or None}  that block's softmax is ``FaultOps.softmax``, scaling its input by m
                    inside the kernel (None: no fault; the golden run of such a case uses None)
+  ``extra_mul``    {block: m}  the target runs one more op, ``scores.mul(m)`` (``Tensor.mul``), before softmax
   ``probs_grad``   {block: s}  the gradient arriving at the softmax output x s (a tensor hook)
   ``param_grad``   {parameter name: s}  that parameter's gradient x s (a hook on the parameter)
 CNN (``SmallCNN``):
@@ -46,6 +47,7 @@ class Attention(nn.Module):
         self.proj = nn.Linear(d, d)
         self.heads = heads
         self.idx = idx
+        self.register_buffer("causal", torch.ones(16, 16, dtype=torch.bool).triu(1), persistent=False)
         self.fault = fault
 
     def forward(self, x):
@@ -57,6 +59,10 @@ class Attention(nn.Module):
         scale = 1.0 / math.sqrt(d // self.heads)
         scale *= self.fault.get("attn_scale", {}).get(self.idx, 1.0)
         scores = torch.matmul(q, k.transpose(-2, -1)) * scale
+        extra = self.fault.get("extra_mul", {}).get(self.idx)
+        if extra is not None:   # an op only the target runs
+            scores = scores.mul(extra)
+        scores = scores.masked_fill(self.causal[:s, :s], float("-inf"))   # identical -inf on both sides
         if self.idx in self.fault.get("fused_softmax", {}):
             with faultops.active(in_scale=self.fault["fused_softmax"][self.idx]):
                 probs = faultops.softmax(scores, -1)
