@@ -94,7 +94,27 @@ def test_compare_logs_one_line_per_stage_and_no_display_in_a_pipe(tmp_path):
     assert [ln.split(": ")[1].split()[0] for ln in lines] == ["read", "merge", "write"], res.stderr
     assert "read 2 reports (6 rows kept) in " in lines[0]
     assert "merge 3 rows (2 rank columns) in " in lines[1]
-    assert re.search(r"write 3 rows \(1 sheets, multi_ranks_compare_merge_\d{14}\.xlsx\) in ", lines[2])
+    assert re.search(r"write 3 rows \(1 sheet, multi_ranks_compare_merge_\d{14}\.xlsx\) in ", lines[2])
+
+
+def test_graph_logs_stages_per_rank(tmp_path):
+    from test_graph import small_model, write_dump
+
+    c, d, s = small_model()
+    for r in (0, 1):
+        write_dump(str(tmp_path / "step0" / f"rank{r}"), c, d, s)
+    res = msprobe("graph", "-tp", tmp_path / "step0", "-gp", tmp_path / "step0", "-o", tmp_path / "o", "-j", "2")
+    assert res.returncode == 0, res.stderr
+    assert not ANSI.search(res.stderr)
+    for rank in ("rank0", "rank1"):
+        lines = stage_lines(res.stderr, f"graph {rank}")
+        assert [ln.split(": ")[1].split()[0] for ln in lines] == ["read", "match", "write"], res.stderr
+        assert "read 2 dumps (14 nodes + 14 nodes) in " in lines[0]
+        assert "match 14 nodes (14 matched pairs, summary) in " in lines[1]
+        assert "write 28 nodes (vis) in " in lines[2]
+    res = msprobe("graph", "-tp", tmp_path / "step0" / "rank0", "-o", tmp_path / "o2")
+    assert res.returncode == 0, res.stderr
+    assert [ln.split(": ")[1] for ln in stage_lines(res.stderr, "graph")][0].startswith("read 1 dump (14 nodes) in ")
 
 
 def test_forced_display_draws_stages_and_restores_the_cursor(tmp_path):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
@@ -49,7 +48,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="parallel workers for steps/ranks (default: one per core); -j 1: no helper processes at all; "
                         "for a single graph, N > 1 also splits its writing over N processes (faster, but almost "
                         "twice the memory)")
-    x.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    x.add_argument("-q", "--quiet", action="store_true",
+                   help="no live progress display (shown only on a terminal, or with MSPROBE_PROGRESS=1); the "
+                        "one-line-per-stage log stays")
     x.add_argument("-tensor_log", "--is_print_compare_log", dest="tensor_log", action="store_true",
                    help="accepted for the reference's command line; graph logs no per-tensor lines (a warning says so)")
     ref = p.add_argument_group("reference 26.x options that msprobe refuses with a pointer (docs/compatibility.md)")
@@ -129,13 +130,11 @@ def run(args: argparse.Namespace) -> int:
         overflow_check=args.overflow_check, fuzzy=args.fuzzy_match, complete_stack=args.complete_stack,
         db=args.db, jobs=args.jobs, framework=getattr(args, "framework", None),
     )
-    quiet = args.quiet or not sys.stderr.isatty()
+    # stages read, match, write per graph: one INFO line each, a live display on a terminal (msprobe.core.progress)
+    from msprobe.core.progress import Progress, display_wanted
 
-    def progress(done: int, total: int) -> None:
-        if not quiet and total > 1:
-            print(f"\r[msprobe] graphs {done}/{total}", end="" if done < total else "\n", file=sys.stderr, flush=True)
-
-    res = run_graph(cfg, progress, exiting=getattr(args, "exiting", False))
+    with Progress("graph", display=display_wanted(quiet=args.quiet)) as prog:
+        res = run_graph(cfg, prog.job, exiting=getattr(args, "exiting", False))
     for u in res.units:
         where = " ".join(p for p in (u.unit.step_label, u.unit.rank_label) if p) or "graph"
         extra = f", {u.matched} matched pairs ({u.mode})" if u.mode else ""

@@ -88,13 +88,16 @@ def _picklable(exc: BaseException) -> BaseException:
 
 def run_tasks(fn: Callable, tasks: Sequence, workers: int, on_event: Optional[Callable] = None,
               on_result: Optional[Callable] = None, remove_written: bool = False, name: str = "msprobe-worker",
-              stop_on_error: bool = True) -> List:
+              stop_on_error: bool = True, temp_dirs: Sequence[str] = ()) -> List:
     """Run ``fn(task, emit)`` for every task in up to ``workers`` forked processes; results in task order.
 
     ``emit(*args)`` in a worker calls ``on_event(index, *args)`` in the parent; ``on_result(index, result)``
     is called as each task finishes. The first task exception is raised in the parent; with
     ``stop_on_error`` the other workers are terminated at once, otherwise the remaining tasks run first.
-    Anything raised in the parent (KeyboardInterrupt included) terminates the workers at once."""
+    Anything raised in the parent (KeyboardInterrupt included) terminates the workers at once; the temporary
+    files they announced are removed, and so are those of the killed workers' pids in ``temp_dirs`` and in the
+    directories of announced files (fileio.clean_stale_temps: a kill between creating a temporary file and
+    announcing it)."""
     import multiprocessing as mp
 
     if "fork" not in mp.get_all_start_methods() or workers <= 1 or len(tasks) <= 1:
@@ -159,9 +162,21 @@ def run_tasks(fn: Callable, tasks: Sequence, workers: int, on_event: Optional[Ca
                     os.unlink(path)
                 except OSError:
                     pass
+            _clean_dirs(set(temp_dirs) | {os.path.dirname(p) for p in temps})
         out_q.close()
         out_q.cancel_join_thread()
     return [results[i] for i in range(len(tasks))]
+
+
+def _clean_dirs(dirs) -> None:
+    from msprobe.core import fileio
+
+    clean = getattr(fileio, "clean_stale_temps", None)     # removes temporary files of pids no longer running
+    if clean is None:
+        return
+    for d in dirs:
+        if d:
+            clean(d)
 
 
 def _run_here(fn, tasks, on_event, on_result) -> List:

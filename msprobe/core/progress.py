@@ -55,7 +55,13 @@ def display_wanted(quiet: bool = False, stream=None) -> bool:
         return False
 
 
+def _units(n, unit: str) -> str:
+    """``unit`` for ``n`` of them: "1 dump", "2 dumps"."""
+    return unit[:-1] if n == 1 and unit.endswith("s") and not unit.endswith("ss") else unit
+
+
 def _count_text(done, total, unit: str) -> str:
+    unit = _units(total if total is not None else done, unit)
     if total is None:
         return f"{done:,} {unit}".rstrip()
     if done == total:

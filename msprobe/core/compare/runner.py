@@ -316,6 +316,7 @@ def _run_parallel(cfg, jobs, out_dir, ts, workers, bars, results):
         results.append(res)              # known at once: removed again if a later rank fails
         _end(bars.get(i), True)
 
+    dirs = sorted({out_dir} | {os.path.join(out_dir, job.out_sub) for job in jobs if job.out_sub})
     results[:] = run_tasks(task, jobs, workers, on_event=on_event, on_result=on_result, remove_written=True,
-                           name="msprobe-compare")          # in job order
+                           name="msprobe-compare", temp_dirs=dirs)          # in job order
     return results

@@ -19,7 +19,6 @@ import shutil
 import sqlite3
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -144,11 +143,17 @@ def _dist_summary(g: Graph) -> list:
     return out
 
 
-def run_unit(cfg: GraphConfig, unit: Unit, workdir: str, ts: str) -> UnitResult:
-    """Build (and compare) one step/rank and write its finished output part into ``workdir``."""
+def unit_label(unit: Unit) -> Optional[str]:
+    """``step0 rank1`` (what a unit is called in progress lines); None for a single rank dir."""
+    return " ".join(p for p in (unit.step_label, unit.rank_label) if p) or None
+
+
+def run_unit(cfg: GraphConfig, unit: Unit, workdir: str, ts: str, progress=None) -> UnitResult:
+    """Build (and compare) one step/rank and write its finished output part into ``workdir``.
+    ``progress(stage, done, total, unit=None, detail=None)`` is told the stages read, match and write."""
     graphs: List[Graph] = []
     try:
-        return _run_unit(cfg, unit, workdir, graphs)
+        return _run_unit(cfg, unit, workdir, graphs, progress or (lambda *_: None))
     except BaseException:
         for g in graphs:  # stop split children and remove their files
             if g.split is not None:
@@ -157,7 +162,7 @@ def run_unit(cfg: GraphConfig, unit: Unit, workdir: str, ts: str) -> UnitResult:
         raise
 
 
-def _run_unit(cfg: GraphConfig, unit: Unit, workdir: str, graphs: List[Graph]) -> UnitResult:
+def _run_unit(cfg: GraphConfig, unit: Unit, workdir: str, graphs: List[Graph], tick) -> UnitResult:
     from msprobe.core.graph.overflow import apply_overflow, overflow_levels
 
     # the dump data (beyond the items, which live on in the nodes) is only needed for the overflow check
@@ -172,6 +177,8 @@ def _run_unit(cfg: GraphConfig, unit: Unit, workdir: str, graphs: List[Graph]) -
         # the golden child starts first: it parses and splits the golden records for this process while
         # the target graph is built here, then formats them for the writer
         pre_b = gbuild.SplitFormatter.start(gbuild.dump_files(unit.golden)[1], "all", items=True)
+    sides = 1 if unit.golden is None else 2
+    tick("read", 0, sides, "dumps")
     try:
         g_n = gbuild.build_graph(unit.target, split=split_n)
     except BaseException:
@@ -186,6 +193,7 @@ def _run_unit(cfg: GraphConfig, unit: Unit, workdir: str, graphs: List[Graph]) -
            if unit.golden is not None else None)
     if g_b is not None:
         graphs.append(g_b)
+    tick("read", sides, sides, "dumps", f"{len(g_n):,} nodes" + (f" + {len(g_b):,} nodes" if g_b is not None else ""))
     levels_b = overflow_levels(g_b.data) if cfg.overflow_check and g_b is not None else None
     if g_b is not None and not keep:
         g_b.data = {}
@@ -200,8 +208,10 @@ def _run_unit(cfg: GraphConfig, unit: Unit, workdir: str, graphs: List[Graph]) -
             )
         mapping = _load_mapping(cfg, g_n, g_b)
         g_n.data = g_b.data = {}
+        tick("match", 0, len(g_n), "nodes", mode)
         matched = gcompare.compare_graphs(g_n, g_b, mode, fuzzy=cfg.fuzzy, mapping=mapping,
                                           jobs=1 if mp.current_process().name != "MainProcess" else cfg.jobs)
+        tick("match", len(g_n), len(g_n), "nodes", f"{matched:,} matched pairs, {mode}")
     if g_n.split is not None and g_b is None:
         # a graph that is only built: nothing changes its items any more, so format this process's share
         # now, while the child is still busy with the other share
@@ -236,6 +246,8 @@ def _run_unit(cfg: GraphConfig, unit: Unit, workdir: str, graphs: List[Graph]) -
     dist = {"NPU": _dist_summary(g_n)}
     if g_b is not None:
         dist["Bench"] = _dist_summary(g_b)
+    n_written = len(g_n) + (len(g_b) if g_b is not None else 0)
+    tick("write", 0, n_written, "nodes", "vis.db" if cfg.db else "vis")
     if cfg.db:
         fd, part = tempfile.mkstemp(prefix="part-", suffix=".db", dir=workdir)
         os.close(fd)
@@ -255,6 +267,7 @@ def _run_unit(cfg: GraphConfig, unit: Unit, workdir: str, graphs: List[Graph]) -
             g.split.close()
             g.split = None
     nodes = len(g_n)
+    tick("write", n_written, n_written, "nodes", "vis.db" if cfg.db else "vis")
     if mp.current_process().name == "MainProcess" and _KEEP[0]:
         # freeing millions of objects takes seconds and gains nothing at the end of a command: keep them
         # (the console entry point exits without tearing the heap down)
@@ -274,14 +287,6 @@ def _release(g: Graph) -> None:
         n.subnodes = []
         n.partner = None
     g.nodes = {}
-
-
-def _run_unit_quiet(args):
-    cfg, unit, workdir, ts = args
-    try:
-        return run_unit(cfg, unit, workdir, ts)
-    except MsprobeError as exc:
-        return exc
 
 
 # ---------------------------------------------------------------------------------------------- distributed
@@ -342,10 +347,11 @@ def _patch_db(con: sqlite3.Connection, step: int, rank: int, side: str, nodes: D
 # ---------------------------------------------------------------------------------------------- the command
 
 
-def run_graph(cfg: GraphConfig, progress: Optional[Callable[[int, int], None]] = None,
+def run_graph(cfg: GraphConfig, progress_factory: Optional[Callable[[Optional[str]], Callable]] = None,
               exiting: bool = False) -> GraphResult:
     """Run the command.  ``exiting``: the caller ends the process right after (the CLI): the graphs are
-    then kept and the heap left as it is, since tearing it down would only cost time."""
+    then kept and the heap left as it is, since tearing it down would only cost time.
+    ``progress_factory(label)`` gives each graph's (step/rank's) stage progress (msprobe.core.progress)."""
     # A graph is millions of small dicts that all live until the end: the cyclic GC would walk them again
     # and again while they are created (a third of the build time) and could free nothing.
     was_enabled = gc.isenabled()
@@ -353,7 +359,7 @@ def run_graph(cfg: GraphConfig, progress: Optional[Callable[[int, int], None]] =
     _KEEP[0] = exiting
     gc.disable()
     try:
-        return _run_graph(cfg, progress)
+        return _run_graph(cfg, progress_factory)
     finally:
         if exiting:
             # everything allocated meanwhile sits in the youngest generation: the first collection after
@@ -367,7 +373,7 @@ _KEEP = [False]
 _RETAINED: list = []
 
 
-def _run_graph(cfg: GraphConfig, progress: Optional[Callable[[int, int], None]] = None) -> GraphResult:
+def _run_graph(cfg: GraphConfig, progress_factory=None) -> GraphResult:
     t0 = time.perf_counter()
     _, units = plan(cfg.target, cfg.golden)
     if cfg.layer_mapping:
@@ -380,7 +386,7 @@ def _run_graph(cfg: GraphConfig, progress: Optional[Callable[[int, int], None]] 
     # the pid in the name: a later run removes what a killed one left (fileio.clean_stale_temps)
     workdir = tempfile.mkdtemp(prefix=f".msprobe-graph-{os.getpid()}-", dir=out_dir)
     try:
-        results = _run_units(cfg, units, workdir, ts, progress)
+        results = _run_units(cfg, units, workdir, ts, progress_factory)
         patches = _distributed(results, cfg.overflow_check)
         if cfg.db:
             outputs = [_finish_db(cfg, results, patches, out_dir, kind, ts)]
@@ -427,25 +433,41 @@ def _workers(cfg: GraphConfig, n_units: int) -> int:
     return cap_jobs(cfg.jobs, n_units, "graphs")   # never beyond the cores nor the graphs
 
 
-def _run_units(cfg, units, workdir, ts, progress) -> List[UnitResult]:
-    n = len(units)
-    workers = _workers(cfg, n)
-    if workers <= 1 or "fork" not in mp.get_all_start_methods():
-        out = []
-        for i, u in enumerate(units):
-            out.append(run_unit(cfg, u, workdir, ts))
-            if progress:
-                progress(i + 1, n)
-        return out
-    results: List[UnitResult] = []
-    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork")) as pool:
-        for i, res in enumerate(pool.map(_run_unit_quiet, [(cfg, u, workdir, ts) for u in units])):
-            if isinstance(res, MsprobeError):
-                raise res
-            results.append(res)
-            if progress:
-                progress(i + 1, n)
-    return results
+def _run_units(cfg, units, workdir, ts, progress_factory) -> List[UnitResult]:
+    """Every step/rank, in msprobe.core.procpool workers when there are several (Ctrl-C or a failing graph
+    stops them all at once; their parts live in ``workdir``, removed by the caller)."""
+    from msprobe.core.procpool import run_tasks
+
+    workers = _workers(cfg, len(units))
+    jobs = [progress_factory(unit_label(u)) for u in units] if progress_factory else [None] * len(units)
+
+    def end(job, ok: bool) -> None:
+        if job is not None:
+            (job.finish if ok else job.abandon)()
+
+    try:
+        if workers <= 1:
+            out = []
+            for u, job in zip(units, jobs):
+                out.append(run_unit(cfg, u, workdir, ts, job))
+                end(job, True)
+            return out
+
+        def task(u, emit):
+            return run_unit(cfg, u, workdir, ts, lambda stage, done=0, total=None, unit=None, detail=None:
+                            emit(stage, done, total, unit, detail))
+
+        def on_event(i, *args):
+            if jobs[i] is not None:
+                jobs[i](*args)
+
+        return run_tasks(task, units, workers, on_event=on_event, on_result=lambda i, _r: end(jobs[i], True),
+                         name="msprobe-graph")
+    except BaseException:
+        for job in jobs:
+            if job is not None and not job.finished:
+                end(job, False)
+        raise
 
 
 def _finish_db(cfg, results: List[UnitResult], patches, out_dir: str, kind: str, ts: str) -> str:

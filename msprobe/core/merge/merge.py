@@ -189,9 +189,10 @@ def run_merge(cfg: MergeConfig, progress: Optional[Callable[..., None]] = None) 
     from msprobe.core.merge.xlsxout import write_sheets
 
     if progress:
-        progress("write", 0, len(names), "rows", f"{len(book)} sheets")
+        progress("write", 0, len(names), "rows", f"{len(book)} sheet{'s' if len(book) != 1 else ''}")
     written = atomic_write(target, lambda tmp: write_sheets(tmp, book))
     if progress:
-        progress("write", len(names), len(names), "rows", f"{len(book)} sheets, {os.path.basename(written)}")
+        progress("write", len(names), len(names), "rows",
+                 f"{len(book)} sheet{'s' if len(book) != 1 else ''}, {os.path.basename(written)}")
     return MergeResult(written, mode, [rd.rank for rd in ranks], indexes, len(names), time.perf_counter() - start,
                        single=files[0].single)
