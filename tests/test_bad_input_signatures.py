@@ -422,3 +422,36 @@ def test_internal_error_logs_traceback(tmp_path, capsys, monkeypatch):
     assert main(["compare", "-tp", "x", "-gp", "y"]) == 1
     err = capsys.readouterr().err
     assert "Traceback" in err and "msprobe: internal error: ZeroDivisionError" in err
+
+
+# ------------------------------------------------------------------------ yaml files (mapping, merge, -da)
+
+
+YAML_BOMBS = {
+    "deep": "a: " + "[" * 1000 + "1" + "]" * 1000 + "\n",
+    "recursive": "a: &a [1, *a]\n",
+    "laughs": "a: &a [x,x,x,x,x,x,x,x,x,x]\n" + "".join(
+        f"{n}: &{n} [{', '.join(['*' + p] * 10)}]\n" for p, n in zip("abcdef", "bcdefg")),
+}
+
+
+@pytest.mark.parametrize("bomb", sorted(YAML_BOMBS))
+@pytest.mark.parametrize("flag", ["-dm", "-am", "-cm", "-lm", "--da-config"])
+def test_yaml_bombs_compare(tmp_path, capsys, monkeypatch, bomb, flag):
+    """RecursionError (deep or self-referencing value) and endless walks (alias bomb) in the yaml readers."""
+    t, g = copy_rank(tmp_path)
+    y = tmp_path / "m.yaml"
+    y.write_text(YAML_BOMBS[bomb])
+    argv = ["compare", "-tp", t / "dump.json", "-gp", g / "dump.json", "-o", tmp_path / "out", flag, y]
+    rc, text = run(argv + (["-da"] if flag == "--da-config" else []), capsys, monkeypatch, tmp_path)
+    assert_clean(rc, text, y)
+
+
+@pytest.mark.parametrize("bomb", sorted(YAML_BOMBS))
+def test_yaml_bombs_merge_result(tmp_path, capsys, monkeypatch, bomb):
+    fx = fixtures_or_skip()
+    reports = fx / "multirank_mlp_bf16_stat_mix" / "reference_out" / "v833_compare_stepdir"
+    y = tmp_path / "merge.yaml"
+    y.write_text(YAML_BOMBS[bomb])
+    rc, text = run(["merge_result", "-i", reports, "-o", tmp_path / "out", "-config", y], capsys, monkeypatch, tmp_path)
+    assert_clean(rc, text, y)

@@ -209,6 +209,77 @@ def _loads(data: bytes, keep_markers: bool = False):
     return _check_depth(data, json.loads(data))
 
 
+#: largest number of values a yaml config may expand to (aliases can make a small file huge)
+YAML_MAX_VALUES = 1_000_000
+
+
+def _shape_of(obj):
+    """(depth, expanded number of values) of a parsed yaml value; depth -1 when it contains itself.
+
+    Iterative, each container visited once (yaml aliases share containers), so a nesting bomb, a
+    billion-laughs file or a self-referencing anchor costs nothing to measure."""
+    memo = {}
+    stack = [(obj, False)]
+    on_path = set()
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            on_path.discard(key)
+            kids = node.values() if node.__class__ is dict else node
+            depth, size = 1, 1
+            for k in kids:
+                if k.__class__ in (dict, list):
+                    d, n = memo[id(k)]
+                    if d < 0:
+                        memo[key] = (-1, 0)
+                        break
+                    depth = max(depth, d + 1)
+                    size += n
+                else:
+                    size += 1
+            else:
+                memo[key] = (depth, min(size, 1 << 62))
+            continue
+        if node.__class__ not in (dict, list) or key in memo:
+            continue
+        if key in on_path:
+            return -1, 0
+        on_path.add(key)
+        stack.append((node, True))
+        for k in (node.values() if node.__class__ is dict else node):
+            if k.__class__ in (dict, list):
+                if id(k) in on_path:
+                    return -1, 0
+                stack.append((k, False))
+    if obj.__class__ not in (dict, list):
+        return 0, 1
+    return memo[id(obj)]
+
+
+def yaml_safe_load(stream, what: str, path: str):
+    """``yaml.safe_load`` (yaml errors propagate to the caller's handling) that refuses, in one line, a
+    value nested deeper than :data:`JSON_MAX_DEPTH`, one that contains itself (a recursive anchor) and
+    one that aliases expand beyond :data:`YAML_MAX_VALUES` values."""
+    import yaml
+
+    name = f"{what} {path}".strip()
+    try:
+        obj = yaml.safe_load(stream)
+    except RecursionError:
+        raise MsprobeError(f"{name} is nested too deep (over Python's recursion limit; msprobe accepts "
+                           f"{JSON_MAX_DEPTH} levels); correct the file") from None
+    depth, size = _shape_of(obj)
+    if depth < 0:
+        raise MsprobeError(f"{name} holds a value that contains itself (a recursive yaml anchor); correct the file")
+    if depth > JSON_MAX_DEPTH:
+        raise MsprobeError(f"{name} is nested {depth} levels deep, over the limit of {JSON_MAX_DEPTH}; correct the file")
+    if size > YAML_MAX_VALUES:
+        raise MsprobeError(f"{name}: its aliases expand to {size} values, over the limit of {YAML_MAX_VALUES} "
+                           f"(a yaml alias bomb?); correct the file")
+    return obj
+
+
 def too_deep_error(what: str, path: str, exc: "JsonTooDeep") -> MsprobeError:
     return MsprobeError(f"{what} {path} is {exc}; no dump or config nests that deep: the file is damaged or "
                         f"was not written by msprobe, re-run the dump or correct the file")

@@ -75,12 +75,12 @@ def load_da_yaml(path: str) -> dict:
     """Read the -da configuration yaml (keys: noise_ops, default_noise, threshold, thresholds, top)."""
     import yaml
 
-    from msprobe.core.fileio import check_path
+    from msprobe.core.fileio import check_path, yaml_safe_load
 
     path = check_path(path, "--da-config file", kind="file")
     try:
         with open(path, "r", encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
+            data = yaml_safe_load(fh, "--da-config file", path)
     except (OSError, UnicodeDecodeError) as exc:
         raise MsprobeError(f"--da-config file {path} cannot be read: {exc}; give a readable yaml file")
     except yaml.YAMLError as exc:

@@ -93,7 +93,9 @@ def load_layer_mapping_yaml(path: str) -> Dict[str, Dict[str, str]]:
         reason = exc.strerror or type(exc).__name__
         raise MsprobeError(f"{where}: cannot be read ({reason}); check the path and its permissions") from None
     try:
-        obj = yaml.safe_load(text)
+        from msprobe.core.fileio import yaml_safe_load
+
+        obj = yaml_safe_load(text, where, "")
     except yaml.YAMLError as exc:
         raise MsprobeError(f"{where}: invalid YAML{_yaml_error_text(exc)}; fix the syntax "
                            f"(expected 'LayerType:' lines each followed by indented 'npu_name: bench_name' lines)") from None

@@ -68,12 +68,12 @@ class MappingOptions:
 # ---------------------------------------------------------------------------------------------- yaml files
 
 def _load_yaml(path: str, what: str):
-    from msprobe.core.fileio import check_path
+    from msprobe.core.fileio import check_path, yaml_safe_load
 
     path = check_path(path, what, "file")
     try:
         with open(path, "r", encoding="utf-8") as fh:
-            return yaml.safe_load(fh)
+            return yaml_safe_load(fh, what, path)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

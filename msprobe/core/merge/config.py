@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Tuple
 
 from msprobe.core.errors import MsprobeError
-from msprobe.core.fileio import check_path
+from msprobe.core.fileio import check_path, yaml_safe_load
 
 log = logging.getLogger("msprobe")
 
@@ -75,7 +75,7 @@ def load_merge_yaml(path: str) -> Tuple[Tuple[str, ...], Tuple[str, ...]]:
                            f"that lists 'api' and 'compare_index'")
     try:
         with open(path, "r", encoding="utf-8") as fh:
-            obj = yaml.safe_load(fh)
+            obj = yaml_safe_load(fh, "config.yaml", path)
     except UnicodeDecodeError:
         raise MsprobeError(f"config.yaml {path} is not UTF-8 text; pass the merge config yaml")
     except yaml.YAMLError as exc:
