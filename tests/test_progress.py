@@ -311,3 +311,52 @@ def test_pool_removes_temporary_files_of_killed_workers(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         run_tasks(write_slowly, ["a", "b"], 2, on_event=interrupt)
     assert os.listdir(tmp_path) == []
+
+
+# ------------------------------------------------------------------------------------------ the dump's flush
+
+
+def test_slow_dump_flush_names_its_stages(tmp_path, caplog, monkeypatch):
+    """A flush that takes longer than SLOW_FLUSH_SECONDS says what it is doing (one line per stage, then the
+    total); a quick one says nothing. Slowness is simulated by a slow JSON writer."""
+    torch = pytest.importorskip("torch")
+    from msprobe.core.dump import lifecycle, writer
+    from msprobe.pytorch import PrecisionDebugger
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"task": "statistics", "dump_path": str(tmp_path / "dump"), "rank": [], "step": [],
+                               "level": "L1", "async_dump": False}))
+    real_write = writer.write_json
+
+    def slow_write(path, obj, *a, **kw):
+        time.sleep(0.4)
+        return real_write(path, obj, *a, **kw)
+
+    PrecisionDebugger._reset_for_tests()
+    try:
+        dbg = PrecisionDebugger(config_path=str(cfg))
+        x = torch.randn(3, 4)
+        with caplog.at_level(logging.INFO, logger="msprobe"):
+            dbg.start()
+            torch.relu(x)
+            dbg.stop()
+            dbg.step()                                   # quick: nothing said
+        assert not [r for r in caplog.records if "dump step" in r.getMessage()]
+        monkeypatch.setattr(lifecycle, "SLOW_FLUSH_SECONDS", 0.2)
+        monkeypatch.setattr(writer, "write_json", slow_write)
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="msprobe"):
+            dbg.start()
+            torch.relu(x)
+            torch.sigmoid(x)
+            dbg.stop()
+            dbg.step()
+    finally:
+        PrecisionDebugger._reset_for_tests()
+    text = [r.getMessage() for r in caplog.records if r.getMessage().startswith("dump step 1")]
+    assert text, [r.getMessage() for r in caplog.records]
+    assert any(re.fullmatch(r"dump step 1: writing: writing dump\.json \(2 entries\) \.\.\. \(0\.\d s so far\)", t)
+               for t in text), text
+    assert any(t.startswith("dump step 1: writing: writing stack.json") for t in text), text
+    assert re.fullmatch(r"dump step 1: writing: finished after \d+\.\d\d s", text[-1]), text
+    assert json.loads((tmp_path / "dump" / "step1" / "rank" / "dump.json").read_text())["data"]   # written

@@ -290,6 +290,21 @@ def _writes_to_terminal(handler: logging.Handler, stream) -> bool:
     return target is not None and (target is stream or target is sys.__stderr__ or target is sys.stderr)
 
 
+_CURRENT = threading.local()
+
+
+def current_slow_stages() -> "Optional[SlowStages]":
+    """The :class:`SlowStages` open in this thread (a writer deep inside a flush names its stages there)."""
+    return getattr(_CURRENT, "stages", None)
+
+
+def slow_stage(name: str, count: Optional[int] = None, unit: str = "") -> None:
+    """Start a stage of the :class:`SlowStages` open in this thread, if any (cheap when there is none)."""
+    stages = getattr(_CURRENT, "stages", None)
+    if stages is not None:
+        stages.stage(name, count, unit)
+
+
 class SlowStages:
     """Stages of usually quick work that say something only when it is slow.
 
@@ -311,10 +326,15 @@ class SlowStages:
 
     def __enter__(self) -> "SlowStages":
         self._start = time.perf_counter()
+        self._outer = getattr(_CURRENT, "stages", None)
+        _CURRENT.stages = self
         timer = threading.Timer(self.delay, self._wake)
         timer.daemon = True
         self._timer = timer
-        timer.start()
+        try:
+            timer.start()
+        except RuntimeError:          # at interpreter shutdown no thread can start: the work goes on, silently
+            self._timer = None
         return self
 
     def _describe(self) -> str:
@@ -340,6 +360,7 @@ class SlowStages:
                 log.info("%s: %s ...", self.name, self._describe())
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        _CURRENT.stages = getattr(self, "_outer", None)
         with self._lock:
             timer, self._timer = self._timer, None
             if timer is not None:

@@ -24,6 +24,7 @@ import re
 import time
 
 from msprobe.core.errors import MsprobeError
+from msprobe.core.progress import SlowStages
 
 log = logging.getLogger("msprobe")
 
@@ -32,6 +33,8 @@ INCOMPLETE_NAME = "dump_incomplete.json"
 #: where a rerun moves an earlier run's rank directories: dump_path/previous_<ts>/stepN/rankR
 PREVIOUS_PREFIX = "previous_"
 _STEP_DIR = re.compile(r"^step\d+$")
+#: a flush (statistics, dump.json, stack.json ...) says what it is doing once it takes longer than this
+SLOW_FLUSH_SECONDS = 1.0
 
 
 def rank_dir_name(rank) -> str:
@@ -294,8 +297,24 @@ class DumpLifecycle:
     def _flush(self) -> None:
         if self.active_step is None:
             return
-        self._guarded("flush", self.collector.flush)
+        # silent when quick; after a second, one line per stage (statistics, then each file) and the total
+        with SlowStages(self._flush_name(), delay=SLOW_FLUSH_SECONDS) as stages:
+            stages.stage("resolving the recorded statistics")
+            self._guarded("flush", self.collector.flush)
         self._flush_errors()
+
+    def _flush_name(self) -> str:
+        try:
+            rank = self.rank()
+        except Exception:  # noqa: BLE001 - only a label
+            rank = None
+        return f"dump step {self.active_step}" + (f" rank {rank}" if rank is not None else "") + ": writing"
+
+    def _wait_writes_said(self) -> None:
+        """Wait for the queued tensor and JSON files (async dump), saying so when it takes over a second."""
+        with SlowStages("dump: finishing the queued file writes", delay=SLOW_FLUSH_SECONDS) as stages:
+            stages.stage("waiting for the writer thread")
+            self._wait_writes()
 
     def overflow_done(self) -> None:
         """overflow_check reached overflow_nums: write what we have and stop for good.
@@ -319,7 +338,7 @@ class DumpLifecycle:
         self.ended = True
         self._switch_off()
         self.hooks.restore()
-        self._wait_writes()
+        self._wait_writes_said()
         log.info("msprobe ends successfully.")
 
     def _at_exit(self) -> None:
@@ -328,7 +347,7 @@ class DumpLifecycle:
                 self._switch_off()
                 self._flush()
                 self._mark_exited()
-            self._wait_writes()
+            self._wait_writes_said()
         except Exception:  # noqa: BLE001 - nothing may fail at interpreter exit
             pass
 

@@ -132,8 +132,13 @@ def write_step_files(step_dir, files, submit=None):
 
     With ``submit`` (async dump: a callable running a function on the writer thread) the objects are
     serialised now, because the caller keeps changing them, and written on that thread."""
+    from msprobe.core.progress import slow_stage
+
     if submit is not None:
-        blobs = [(name, dumps(obj)) for name, obj in files]
+        blobs = []
+        for name, obj in files:
+            slow_stage(f"serialising {name}", _entries(obj), "entries")
+            blobs.append((name, dumps(obj)))
 
         def write_all():
             for name, blob in blobs:
@@ -141,4 +146,13 @@ def write_step_files(step_dir, files, submit=None):
         submit(write_all)
     else:
         for name, obj in files:
+            slow_stage(f"writing {name}", _entries(obj), "entries")
             write_json(os.path.join(step_dir, name), obj)
+
+
+def _entries(obj):
+    """How many records a step file holds (for the slow-flush lines): dump.json's data, else top-level keys."""
+    if isinstance(obj, dict):
+        data = obj.get("data")
+        return len(data) if isinstance(data, dict) else len(obj)
+    return len(obj) if isinstance(obj, list) else None
