@@ -276,19 +276,21 @@ def _family_keys(apis: np.ndarray):
     Module/Cell entries or '', whether it is a parameter-gradient entry)."""
     fwd, mod, pgs = [], [], []
     for a in apis.tolist():
+        if not (a[:7] == "Module." or a[:5] == "Cell."):  # an API call: only backward keys have a partner
+            fwd.append(a[:-9] + ".forward" if a[-9:] == ".backward" else "")
+            mod.append("")
+            pgs.append(False)
+            continue
         parts = a.split(".")
         f = ""
         m = ""
         pg = parts[-1] == "parameters_grad" or (len(parts) > 1 and parts[-2] == "parameters_grad")
-        if a.startswith("Module.") or a.startswith("Cell."):
-            if pg:
-                m = ".".join(parts[:parts.index("parameters_grad", 1)])
-            elif len(parts) > 2 and parts[-2] in ("forward", "backward"):
-                m = ".".join(parts[:-2])
-                if parts[-2] == "backward":
-                    f = ".".join(parts[:-2] + ["forward", parts[-1]])
-        elif parts[-1] == "backward":
-            f = ".".join(parts[:-1] + ["forward"])
+        if pg:
+            m = ".".join(parts[:parts.index("parameters_grad", 1)])
+        elif len(parts) > 2 and parts[-2] in ("forward", "backward"):
+            m = ".".join(parts[:-2])
+            if parts[-2] == "backward":
+                f = ".".join(parts[:-2] + ["forward", parts[-1]])
         fwd.append(f)
         mod.append(m)
         pgs.append(pg)
