@@ -209,19 +209,37 @@ def _colour(row) -> Optional[str]:
     return "red" if red else "yellow" if yellow else None
 
 
+VERDICT_WORDS = ("fail", "warn", "noise", "pass")
+
+
+def verdict_word(err_message) -> Optional[str]:
+    """msprobe's per-row verdict as written at the start of an Err_message line (``fail: ...``), if any."""
+    if not err_message:
+        return None
+    for line in reversed(str(err_message).splitlines()):
+        word = line.split(":", 1)[0].strip().lower()
+        if word in VERDICT_WORDS:
+            return word
+    return None
+
+
 def read_report(path: str):
-    """[(xlsx row number, name, colour, result value)] of the first sheet(s)."""
+    """(mode column, [(xlsx row number, name, colour, Result/Accuracy value, verdict word)]) of the report."""
     import openpyxl
 
     wb = openpyxl.load_workbook(path)
     out = []
+    col_name = None
     for ws in wb.worksheets:
         rows = ws.iter_rows()
         header = [c.value for c in next(rows)]
-        col = header.index("Result") if "Result" in header else header.index("Accuracy Reached or Not")
+        col_name = "Result" if "Result" in header else "Accuracy Reached or Not"
+        col = header.index(col_name)
+        err = header.index("Err_message") if "Err_message" in header else None
         for i, row in enumerate(rows, start=2):
-            out.append((i, row[0].value, _colour(row), row[col].value))
-    return out
+            out.append((i, row[0].value, _colour(row), row[col].value,
+                        verdict_word(row[err].value) if err is not None else None))
+    return col_name, out
 
 
 def is_failing(value) -> bool:
@@ -232,18 +250,35 @@ def is_failing(value) -> bool:
 
 
 def consistency_problems(ans: RankAnswer) -> List[str]:
-    """Disagreements between a report's colours, Result, the console summary and the advisor."""
+    """Disagreements between a report's colours, Result, the console summary and the advisor.
+
+    * statistics and md5 ``Result``: a red row has a failing Result (``Warning`` / ``Different``) and every
+      failing Result is coloured;
+    * tensor mode keeps the reference's ``Accuracy Reached or Not``; where it disagrees with the colour (a red
+      row that reaches the accuracy bar, a ``No`` row left uncoloured) the row's Err_message must give
+      msprobe's verdict (``fail: ...`` / ``noise: ...``) that explains the colour;
+    * wherever Err_message carries a verdict, red = ``fail`` and yellow = ``warn``;
+    * the console's red/yellow counts are the report's;
+    * the advisor's row (file and console, same row number) is the first red row, and names nothing
+      when no row is red.
+    """
     probs: List[str] = []
     if not ans.report or not os.path.isfile(ans.report):
         return [f"no report found ({ans.report})"]
-    rows = read_report(ans.report)
+    col_name, rows = read_report(ans.report)
+    tensor = col_name != "Result"
     reds = [r for r in rows if r[2] == "red"]
     yellows = [r for r in rows if r[2] == "yellow"]
-    for n, name, colour, result in rows:
-        if colour == "red" and not is_failing(result):
-            probs.append(f"row {n} {name}: red but Result/Accuracy is {result!r}")
-        if is_failing(result) and colour is None:
-            probs.append(f"row {n} {name}: Result/Accuracy {result!r} but not coloured")
+    for n, name, colour, result, word in rows:
+        failing = is_failing(result)
+        if word is not None:
+            want = {"fail": "red", "warn": "yellow"}.get(word)
+            if colour != want:
+                probs.append(f"row {n} {name}: verdict {word!r} but colour {colour}")
+        if colour == "red" and not failing and not (tensor and word == "fail"):
+            probs.append(f"row {n} {name}: red but {col_name} is {result!r}")
+        if failing and colour is None and not (tensor and word in ("noise", "pass")):
+            probs.append(f"row {n} {name}: {col_name} {result!r} but not coloured")
     if ans.red is not None and (ans.red, ans.yellow) != (len(reds), len(yellows)):
         probs.append(f"console says red {ans.red} yellow {ans.yellow}, the report has red {len(reds)} "
                      f"yellow {len(yellows)}")
@@ -252,7 +287,7 @@ def consistency_problems(ans: RankAnswer) -> List[str]:
     named = ans.advisor_console
     if reds:
         first = reds[0]
-        by_row = {n: (name, colour) for n, name, colour, _ in rows}
+        by_row = {n: (name, colour) for n, name, colour, _, _ in rows}
         if ans.advisor_file is None or named is None:
             probs.append(f"{len(reds)} red rows but the advisor names none (file {ans.advisor_file!r}, "
                          f"console {named!r})")
