@@ -59,7 +59,8 @@ def ensure_reference(venv: Path) -> Path:
     except ImportError:
         torch = None
     if torch is not None:   # reuse this interpreter's torch (appended last: the venv's own packages win)
-        site = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        site = subprocess.run([str(venv / "bin" / "python"), "-c",
+                               "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                               check=True, capture_output=True, text=True).stdout.strip()
         Path(site, "zz_host_torch.pth").write_text(os.path.dirname(os.path.dirname(torch.__file__)) + "\n")
     else:  # a bare `pip install torch` pulls a multi-GB CUDA build: use an interpreter that has torch
@@ -153,8 +154,10 @@ def main(argv=None) -> int:
         exp = "no op (control)" if c.control else "; ".join(
             f"{r}: {' or '.join(e)}" if len(c.expected) > 1 else " or ".join(e) for r, e in c.expected.items())
         mode = f"{c.task} {c.level} {c.target_dtype}/{c.golden_dtype}"
-        ref = (f"{'hit' if row['ref_ok'] else 'MISS'}: {fmt(row['ref'])}" + (f" (rc {row['ref_rc']})" if row['ref_rc'] else "")
-               if "ref" in row else "n/a")
+        ref = "n/a"
+        if "ref" in row:
+            ref = f"{'hit' if row['ref_ok'] else 'MISS'}: {fmt(row['ref'])}"
+            ref += f" (rc {row['ref_rc']})" if row["ref_rc"] else ""
         lines.append(f"| {c.name} | {c.model} | {c.what} | {mode} | {exp} | "
                      f"{'hit' if row['adv_ok'] else 'MISS'}: {fmt(row['adv'])} | "
                      f"{'hit' if row['da_ok'] else 'MISS'}: {fmt(row['da'])} | {ref} |")
