@@ -230,11 +230,11 @@ def test_collectives_have_no_backward_record(run):
 
 
 # ------------------------------------------------------------------------------------------ one process
-def _single_process_dump(tmp_path, body):
+def _single_process_dump(tmp_path, body, task="statistics"):
     import torch  # noqa: F401
     from msprobe.pytorch import PrecisionDebugger
     PrecisionDebugger._reset_for_tests()
-    cfg = {"task": "statistics", "dump_path": str(tmp_path / "dump"), "rank": [], "step": [], "level": "L1",
+    cfg = {"task": task, "dump_path": str(tmp_path / "dump"), "rank": [], "step": [], "level": "L1",
            "async_dump": False}
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     try:
@@ -245,9 +245,11 @@ def _single_process_dump(tmp_path, body):
     return _load(tmp_path / "dump" / "step0" / "rank" / "dump.json")["data"]
 
 
-def test_custom_api_writing_without_a_version_bump(tmp_path):
+@pytest.mark.parametrize("task", ["statistics", "tensor"])
+def test_custom_api_writing_without_a_version_bump(tmp_path, task):
     """A registered custom op that writes its argument behind autograd's back (as a backend does): the
-    next op reading that tensor records the new value, not the cached statistics of the old one."""
+    next op reading that tensor records the new value, not the cached statistics (or, in tensor mode,
+    a link to the file) of the old one."""
     torch = pytest.importorskip("torch")
     import types
     lib = types.ModuleType("backendlib")
@@ -274,7 +276,12 @@ def test_custom_api_writing_without_a_version_bump(tmp_path):
         dbg.stop()
         dbg.step()
 
-    data = _single_process_dump(tmp_path, body)
+    data = _single_process_dump(tmp_path, body, task)
+    if task == "tensor":
+        files = tmp_path / "dump" / "step0" / "rank" / "dump_tensor_data"
+        for name, value in (("Tensor.__add__.0.forward.input.0.pt", 1.0), ("Tensor.__mul__.0.forward.input.0.pt", 5.0),
+                            ("Tensor.__mul__.1.forward.input.0.pt", 3.0)):
+            assert torch.load(files / name).tolist() == [value] * 4, name
     assert data["Tensor.__add__.0.forward"]["input_args"][0]["Max"] == 1.0
     assert data["Tensor.__mul__.0.forward"]["input_args"][0]["Max"] == 5.0
     assert data["Tensor.__add__.1.forward"]["input_args"][0]["Max"] == 0.0
