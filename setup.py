@@ -57,7 +57,7 @@ setup(
         "pytorch": ["torch==2.13.0"],
         # MindSpore 2.10.0 wheels need numpy<2 (see the frameworks spec).
         "mindspore": ["mindspore==2.10.0", "numpy<2"],
-        "test": ["pytest", "pandas", "openpyxl", "tensorboard", "tb-graph-ascend"],
+        "test": ["pytest", "hypothesis", "pandas", "openpyxl", "tensorboard", "tb-graph-ascend"],
     },
     entry_points={
         "console_scripts": [

@@ -455,3 +455,41 @@ def test_yaml_bombs_merge_result(tmp_path, capsys, monkeypatch, bomb):
     y.write_text(YAML_BOMBS[bomb])
     rc, text = run(["merge_result", "-i", reports, "-o", tmp_path / "out", "-config", y], capsys, monkeypatch, tmp_path)
     assert_clean(rc, text, y)
+
+
+# ------------------------------------------------------------------------ found by tools/fuzz.py (later runs)
+
+
+def test_xlsx_unknown_compression(tmp_path, capsys, monkeypatch):
+    """merge_result: NotImplementedError 'That compression method is not supported' (a flipped zip header)."""
+    import zipfile
+
+    fx = fixtures_or_skip()
+    src = fx / "multirank_mlp_bf16_stat_mix" / "reference_out" / "v833_compare_stepdir"
+    reports = tmp_path / "reports"
+    shutil.copytree(src, reports)
+    victim = sorted(reports.glob("*.xlsx"))[0]
+    os.chmod(victim, 0o644)
+    data = bytearray(victim.read_bytes())
+    with zipfile.ZipFile(victim) as zf:
+        infos = zf.infolist()
+    for info in infos:  # compression method 99 in every local header (offset 8) ...
+        data[info.header_offset + 8:info.header_offset + 10] = (99).to_bytes(2, "little")
+    cd = bytes(data).find(b"PK\x01\x02")
+    while cd >= 0:  # ... and central-directory entry (offset 10)
+        data[cd + 10:cd + 12] = (99).to_bytes(2, "little")
+        cd = bytes(data).find(b"PK\x01\x02", cd + 4)
+    victim.write_bytes(bytes(data))
+    y = fx / "multirank_mlp_bf16_stat_mix" / "reference_out" / "_inputs" / "merge_config.yaml"
+    rc, text = run(["merge_result", "-i", reports, "-o", tmp_path / "out", "-config", y], capsys, monkeypatch, tmp_path)
+    assert_clean(rc, text, victim)
+
+
+def test_ir_reader_on_a_directory(tmp_path):
+    """code_mapping parse_ir: IsADirectoryError when the IR path is a directory."""
+    from msprobe.core.code_mapping.ir import parse_ir
+    from msprobe.core.errors import MsprobeError
+
+    (tmp_path / "graph.ir").mkdir()
+    with pytest.raises(MsprobeError, match="directory"):
+        parse_ir(str(tmp_path / "graph.ir"))

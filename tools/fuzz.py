@@ -31,6 +31,7 @@ any input failed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import io
 import json
@@ -458,6 +459,9 @@ def run_one(seed: int, index: int, scenarios: List[Scenario], timeout: float, ke
         old = signal.signal(signal.SIGALRM, _on_alarm)
         signal.alarm(max(1, int(timeout)))
         cwd = os.getcwd()
+        redirect = contextlib.ExitStack()  # Python-level streams too (pytest replaces sys.stdout/stderr)
+        redirect.enter_context(contextlib.redirect_stdout(sys.__stdout__))
+        redirect.enter_context(contextlib.redirect_stderr(sys.__stderr__))
         try:
             os.chdir(ws)
             if argv[0] == "@config":
@@ -476,6 +480,7 @@ def run_one(seed: int, index: int, scenarios: List[Scenario], timeout: float, ke
         finally:
             signal.alarm(0)
             signal.signal(signal.SIGALRM, old)
+            redirect.close()
             os.chdir(cwd)
             sys.stdout.flush()
             sys.stderr.flush()

@@ -103,6 +103,9 @@ def parse_ir(path: str) -> IrIndex:
 
     Raises :class:`MsprobeError` when the file holds no IR node at all.
     """
+    from msprobe.core.fileio import check_path
+
+    path = check_path(path, "IR file", "file")
     if _looks_binary(path):
         raise MsprobeError(
             f"IR file {path} is a binary file, not a MindSpore text IR; pass a .ir file such as "

@@ -206,6 +206,9 @@ class SheetReader:
                 else frozenset()
             if "xl/sharedStrings.xml" in names:
                 self.shared = [_rich_text(m.group(1) or b"") for m in _SI_RE.finditer(self._read_all("xl/sharedStrings.xml"))]
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, RuntimeError, ValueError) as exc:
+            self.zf.close()
+            raise self._damaged(exc) from None
         except BaseException:
             self.zf.close()
             raise
@@ -223,7 +226,7 @@ class SheetReader:
     def _read_all(self, member: str) -> bytes:
         try:
             return self.zf.read(member)
-        except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, RuntimeError, ValueError) as exc:
             raise self._damaged(exc)
 
     def _blocks(self) -> Iterator[bytes]:
@@ -246,7 +249,7 @@ class SheetReader:
                     cut += 6
                     tail = buf[cut:]
                     yield buf[:cut]
-        except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, RuntimeError, ValueError) as exc:
             raise self._damaged(exc)
 
     def _bodies(self, block: bytes) -> List[bytes]:
