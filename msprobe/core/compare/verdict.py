@@ -44,10 +44,11 @@ NAMES = {NOT_COMPARED: "not compared", PASS: "pass", NOISE: "noise", WARN: "warn
 # ---------------------------------------------------------------------------------------------- thresholds
 # One op's own rounding: an output may differ from the golden by this many units of the lower-precision
 # dtype (in scaled error) without being suspicious.  Rounding the result (1 unit), rounding the operands
-# at the op's input (1-2 units) and statistics computed in the low precision themselves (1 unit) stay
-# below 4 units; on the calibration pairs (2-block transformer, bf16 autocast vs fp32, statistics of
-# every forward, backward and parameter-gradient row) the largest scaled error was 2.2 units.
-K_ROUND = 4.0
+# at the op's input (1 unit) and statistics computed in the low precision themselves (1 unit) stay below
+# 3 units; on the calibration pairs (2-block transformer, bf16 autocast vs fp32, statistics of every
+# forward, backward and parameter-gradient row) the largest scaled error was 2.2 units, and every control
+# pair of the reference fixtures and of tests/fault_injection stays clean down to 2.5 units.
+K_ROUND = 3.0
 # How much an op may amplify the scaled error it received from its inputs (condition number allowance).
 # Calibration: on the control pair every output stayed below 1.1 x (input error + 1 unit); planted bugs
 # gave 5-14 x (LayerNorm eps 0.1 instead of 1e-5: 0.061 from inputs at 0.0005; scores x1.5: 0.40).
@@ -479,6 +480,7 @@ def judge(f: Facts) -> Judgement:
             if sub is not None:
                 e_ctx[k] = np.fmax(e_ctx[k], sub)
     ctx = e_ctx[inv]
+    is_bwd = np.array([bool(k) for k in fwd_keys], dtype=bool)[inv]
     # an output much smaller than what its op consumed (a reduction with cancellation, x - y with x ~ y)
     # carries the absolute rounding of the inputs: judge its difference against the inputs' magnitude
     # too and keep the smaller of the two scaled errors
@@ -500,6 +502,13 @@ def judge(f: Facts) -> Judgement:
         within_own = score <= own_bound
         within_acc = score <= acc_bound
         below_floor = score <= MIN_FAIL
+    # a gradient (a backward output, a parameter gradient) is a reduction: in low precision one element
+    # that sums terms of both signs can end far off while the tensor as a whole agrees; it is a fault only
+    # when its L2 norm is beyond what its inputs explain too
+    with np.errstate(all="ignore"):
+        norm_s = np.fmin(err[3], err[3] * mag / mag_in[inv])
+        norm_ok = norm_s <= amp * np.nan_to_num(ctx, nan=0.0) + own_bound
+    grad_extreme = (is_pg | (is_bwd & is_out)) & ~explained & norm_ok & (stat != 3)
     v = np.full(n, NOT_COMPARED, dtype=np.int8)
     # rows whose difference is explained by their inputs but beyond accumulated rounding: WARN when an
     # error was introduced before them (a FAIL row earlier in the report), else NOISE (rounding carried
@@ -509,8 +518,8 @@ def judge(f: Facts) -> Judgement:
     outs = tens & ~is_in & ~is_pg
     v = np.where(outs & (within_own | (explained & within_acc)), NOISE, v)
     inherited |= outs & ~within_own & explained & ~within_acc
-    v = np.where(outs & ~explained & below_floor, NOISE, v)
-    v = np.where(outs & ~explained & ~below_floor, FAIL, v)
+    v = np.where(outs & ~explained & (below_floor | grad_extreme), NOISE, v)
+    v = np.where(outs & ~explained & ~below_floor & ~grad_extreme, FAIL, v)
     # parameter gradients: their inputs are the module's forward / backward rows; a module that was not
     # dumped leaves them unattributable (WARN at most)
     pg = tens & is_pg
@@ -518,8 +527,8 @@ def judge(f: Facts) -> Judgement:
     pg_unknown = pg & np.isnan(ctx)
     v = np.where(pg & (within_own | within_acc), NOISE, v)
     inherited |= pg_known & ~within_own & explained & ~within_acc
-    v = np.where(pg_known & ~explained & below_floor, NOISE, v)
-    v = np.where(pg_known & ~explained & ~below_floor, FAIL, v)
+    v = np.where(pg_known & ~explained & (below_floor | grad_extreme), NOISE, v)
+    v = np.where(pg_known & ~explained & ~below_floor & ~grad_extreme, FAIL, v)
     v = np.where(pg_unknown & ~within_acc, WARN, v)
     # inputs: inherited from whatever produced them
     ins = tens & is_in
@@ -540,7 +549,6 @@ def judge(f: Facts) -> Judgement:
     # the op that made it is unmatched (target only) or not dumped
     # execution order: forward rows in report order, then backward rows, then parameter gradients (a
     # dump lists a module's parameters_grad entry with its forward call, but computes it in backward)
-    is_bwd = np.array([bool(k) for k in fwd_keys], dtype=bool)[inv]
     phase = np.where(is_pg, 2, np.where(is_bwd, 1, 0))
     exec_order = np.lexsort((np.arange(n), phase))
     exec_pos = np.empty(n, dtype=np.int64)
@@ -618,6 +626,9 @@ def judge(f: Facts) -> Judgement:
                 return f"{e_txt}: within {lab} rounding ({_pct(own_bound[i])})"
             elif within_acc[i]:
                 return f"{e_txt}: within accumulated {lab} rounding ({_pct(acc_bound[i])})"
+            elif grad_extreme[i]:
+                return (f"{e_txt}: one extreme element of a gradient (a sum of terms of both signs); its L2 norm "
+                        f"agrees within {lab} rounding")
             elif below_floor[i] and not explained[i]:
                 return f"{e_txt}: below the {_pct(MIN_FAIL)} floor of reduced-precision kernels"
             elif is_in[i]:
