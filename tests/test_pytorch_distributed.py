@@ -299,7 +299,10 @@ def _num_close(a, b, tol):
     return a == b
 
 
-def _diff(ours, ref, path, out, tol=0.0):
+def _diff(ours, ref, path, out, tol=0.0, derived=None):
+    """``derived``: tests/lowprec.derived_records of the reference step: values out of bf16 kernels, compared
+    within a few bf16 roundings (they differ between CPUs), everything else within float32 rounding."""
+    derived = derived or {}
     if isinstance(ref, dict):
         if not isinstance(ours, dict) or list(ours) != list(ref):
             out.append(f"{path}: keys {list(ours) if isinstance(ours, dict) else ours} != {list(ref)}")
@@ -307,14 +310,19 @@ def _diff(ours, ref, path, out, tol=0.0):
         if "dtype" in ref and "shape" in ref:
             vals = [abs(ref[k]) for k in ("Max", "Min") if isinstance(ref.get(k), (int, float))]
             tol = 1e-6 * max(vals) if vals else 0.0
+            tol = max(tol, derived.get(id(ref), 0.0))
         for k in ref:
-            _diff(ours[k], ref[k], f"{path}.{k}", out, tol)
+            if k == "md5" and id(ref) in derived:          # a checksum of bf16 kernel output: its form only
+                if not (isinstance(ours[k], str) and len(ours[k]) == len(ref[k])):
+                    out.append(f"{path}.{k}: {ours[k]!r} is not a checksum like {ref[k]!r}")
+                continue
+            _diff(ours[k], ref[k], f"{path}.{k}", out, tol, derived)
     elif isinstance(ref, list):
         if not isinstance(ours, list) or len(ours) != len(ref):
             out.append(f"{path}: {ours} != {ref}")
             return
         for i, (a, b) in enumerate(zip(ours, ref)):
-            _diff(a, b, f"{path}[{i}]", out, tol)
+            _diff(a, b, f"{path}[{i}]", out, tol, derived)
     elif not _num_close(ours, ref, tol):
         out.append(f"{path}: {ours} != {ref}")
 
@@ -333,7 +341,9 @@ def test_matches_the_reference_multirank_fixture(run, side, step):
         ours = run["data"][(step, r)]
         assert list(ours) == list(ref)
         problems = []
-        _diff(ours, ref, f"rank{r}", problems)
+        from lowprec import derived_records      # the target runs under bf16 autocast: its kernels differ by CPU
+        _diff(ours, ref, f"rank{r}", problems, derived=derived_records(ref, "torch.bfloat16" if side == "target"
+                                                                       else None))
         assert not problems, "\n".join(problems[:20])
         assert run["construct"][(step, r)] == _load(ref_dir / "construct.json")
 

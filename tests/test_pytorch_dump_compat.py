@@ -32,6 +32,8 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, ROOT, fixtures_or_skip
+from lowprec import LOW_ULPS, derived_records
+from lowprec import tensor_records as _tensor_records
 
 torch = pytest.importorskip("torch")
 
@@ -54,7 +56,6 @@ COMPARE_CASE = "mlp_bf16_stat_mix"
 STATS = ("Max", "Min", "Mean", "Norm")
 REL = 1e-6
 LOW_DTYPE = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}      # autocast variant -> its dtype
-LOW_ULPS = 4           # units of the low dtype's rounding (eps) allowed at the scale of an entry's tensors
 
 
 # ------------------------------------------------------------------------------------------ running
@@ -138,60 +139,11 @@ def _is_tensor_rec(d):
     return isinstance(d, dict) and "dtype" in d and "shape" in d
 
 
-def _tensor_records(obj):
-    """Every tensor record nested in a dump.json value."""
-    todo = [obj]
-    while todo:
-        o = todo.pop()
-        if _is_tensor_rec(o):
-            yield o
-        elif isinstance(o, dict):
-            todo.extend(reversed(list(o.values())))
-        elif isinstance(o, list):
-            todo.extend(reversed(o))
-
-
-def _finite_abs(v):
-    return abs(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else 0.0
-
-
 def _derived_records(data, case):
     """``{id(record): abs tolerance}`` for the reference records of one step whose values come out of the case's
-    low-precision (autocast) arithmetic; other records are compared exactly (float32 rounding).
-
-    Derived: every record of a backward or parameters_grad entry (gradients are reductions of low-precision
-    terms: the fp16 conv1 bias gradient of cnn_fp16_* is 2.98e-06 on one CPU, 1.67e-06 on another), and in a
-    forward entry that has a low-precision record or a derived input, its low-precision and derived inputs and
-    all its outputs (a float32 loss computed from fp16 logits included); a forward input with the same
-    statistics as a derived output met earlier is that value passed on (the loss into ones_like).
-    Tolerance: a rounding of n terms of the low dtype L moves a result by about sqrt(n) * eps(L) * |term|,
-    and the entry's largest tensor value S (e.g. its weight gradient, itself a sum of n such terms) bounds
-    sqrt(n) * |term|; so LOW_ULPS * eps(L) * S."""
-    low = LOW_DTYPE.get(CASES[case][1])
-    if low is None:
-        return {}
-    eps = torch.finfo(getattr(torch, low.split(".")[1])).eps
-    derived, passed_on = {}, set()
-
-    def key(r):
-        return tuple(repr(r.get(k)) for k in STATS)
-
-    for name, entry in data.items():
-        recs = list(_tensor_records(entry))
-        scale = max((_finite_abs(r.get(k)) for r in recs for k in ("Max", "Min")), default=0.0)
-        if name.endswith("parameters_grad") or ".backward" in name:
-            chosen = recs
-        else:
-            ins = [r for part in ("input_args", "input_kwargs", "parameters") for r in _tensor_records(entry.get(part))]
-            outs = list(_tensor_records(entry.get("output")))
-            low_ins = [r for r in ins if r["dtype"] == low or key(r) in passed_on]
-            chosen = []
-            if low_ins or any(r["dtype"] == low for r in outs):
-                chosen = low_ins + outs
-                passed_on.update(key(r) for r in outs)
-        for r in chosen:
-            derived[id(r)] = LOW_ULPS * eps * scale
-    return derived
+    low-precision (autocast) arithmetic (tests/lowprec.py); other records are compared exactly (float32
+    rounding)."""
+    return derived_records(data, LOW_DTYPE.get(CASES[case][1]))
 
 
 def _diff(ours, ref, path, out, derived=None):
