@@ -408,3 +408,87 @@ def test_training_is_bit_identical_with_the_tool(tmp_path, level):
     loss1, g1 = step(True)
     assert torch.equal(loss0, loss1)
     assert all(torch.equal(a, b) for a, b in zip(g0, g1))
+
+
+# ------------------------------------------------------------------------------------------ module inputs/outputs
+class TakesMany(nn.Module):
+    def forward(self, h, positions, extra):
+        return h * 2 + extra[0] * 3 + positions.float().sum()
+
+
+class CallsTakesMany(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.inner = TakesMany()
+
+    def forward(self, x, keep=None):
+        h = self.fc(x)
+        e = torch.tanh(h)
+        if keep is not None:
+            keep.update(h=h, e=e)
+        return self.inner(h, torch.arange(4), [e]).pow(2).sum()
+
+
+def test_module_backward_output_has_one_entry_per_input_that_requires_grad(tmp_path):
+    """The integer ``positions`` gets no entry; the tensor nested in a list does (the reference's module
+    hooks see exactly the positional tensors that require grad, nested ones included)."""
+    torch.manual_seed(10)
+    model = CallsTakesMany()
+    x = x_input(3, 4)
+    data, _ = dump(tmp_path, model, lambda m: m(x), "mix")
+    keep = {}
+    model(x, keep)
+    out = model.inner(keep["h"], torch.arange(4), [keep["e"]])
+    g_out = 2 * out.detach()                     # loss = out.pow(2).sum()
+    rec = data["Module.inner.TakesMany.backward.0"]
+    assert len(rec["input"]) == 1 and len(rec["output"]) == 2
+    assert_grad(rec["input"][0], g_out, "inner input (grad of its output)")
+    assert_grad(rec["output"][0], 2 * g_out, "grad of h (this module's share)")
+    assert_grad(rec["output"][1], 3 * g_out, "grad of the nested e")
+
+
+@pytest.mark.parametrize("as_dict", [False, True], ids=["dataclass", "ModelOutput-like"])
+def test_dataclass_outputs_record_every_field(tmp_path, as_dict):
+    """transformers' ModelOutput is a dataclass and a dict that hides its None fields: the record has every
+    field, None ones as null, in declaration order (as the reference writes it)."""
+    import collections
+    import dataclasses
+
+    base = collections.OrderedDict if as_dict else object
+
+    @dataclasses.dataclass
+    class Out(base):
+        logits: torch.Tensor = None
+        hidden_states: tuple = None
+        loss: torch.Tensor = None
+
+        if as_dict:
+            def __post_init__(self):
+                for f in dataclasses.fields(self):
+                    if getattr(self, f.name) is not None:
+                        self[f.name] = getattr(self, f.name)
+
+    class Head(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 2)
+
+        def forward(self, x):
+            y = self.fc(x)
+            return Out(logits=y, loss=y.sum())
+
+    class Wrap(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.head = Head()
+
+        def forward(self, x):
+            return self.head(x).loss
+
+    if as_dict:
+        assert list(Out(logits=torch.ones(1), loss=torch.ones(1)).keys()) == ["logits", "loss"]
+    data, _ = dump(tmp_path, Wrap(), lambda m: m(x_input(3, 4)), "mix")
+    rec = data["Module.head.Head.forward.0"]["output"][0]
+    assert list(rec) == ["logits", "hidden_states", "loss"]
+    assert rec["hidden_states"] is None and rec["logits"]["shape"] == [3, 2] and rec["loss"]["shape"] == []

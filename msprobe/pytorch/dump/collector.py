@@ -173,6 +173,11 @@ class Collector(CollectorBase):
             return [self.convert(x, f"{path}.{i}", save, depth + 1) for i, x in enumerate(v)]
         if isinstance(v, tuple):  # namedtuple
             return {k: self.convert(x, f"{path}.{k}", save, depth + 1) for k, x in zip(v._fields, v)}
+        fields = getattr(cls, "__dataclass_fields__", None)
+        if fields is not None and not isinstance(v, type):
+            # a dataclass (transformers' ModelOutput is one, and a dict that hides its None fields): every
+            # field, None ones included, in declaration order, as the reference records it
+            return {str(k): self.convert(getattr(v, k, None), f"{path}.{k}", save, depth + 1) for k in fields}
         if isinstance(v, dict):
             return {str(k): self.convert(x, f"{path}.{k}", save, depth + 1) for k, x in v.items()}
         rec = builtin_record(v)

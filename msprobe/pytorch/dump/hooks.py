@@ -683,9 +683,10 @@ class Hooks:
             name, n, parent, expand, inputs = col.module_enter(prefix, args, kwargs)
             edges = None
             if col.want_backward and torch.is_grad_enabled():
-                tensor_args = [x for x in args if isinstance(x, torch.Tensor)]
-                edges = ([(j, a.grad_fn, a.output_nr, a) for j, a in enumerate(tensor_args) if a.requires_grad],
-                         len(tensor_args))
+                # the backward record's "output" has one entry per positional tensor that requires grad,
+                # nested ones included (the reference's module hooks see exactly those)
+                tensor_args = [x for x in iter_tensors(args) if x.requires_grad]
+                edges = ([(j, a.grad_fn, a.output_nr, a) for j, a in enumerate(tensor_args)], len(tensor_args))
             opened = None
             if edges is not None and edges[0]:
                 opened = [edges, [], col.generation]
