@@ -63,6 +63,9 @@ class Report:
     # int64 per row: position in execution order (forward rows in report order, then backward rows, then
     # parameter gradients, which a dump lists with the forward call but computes in backward)
     exec_pos: Optional[np.ndarray] = None
+    # red rows where a difference enters the run through an input no compared op produced -> the nearest
+    # target-only (unmatched) API call before it, e.g. 'Tensor.__mul__.0.forward' ("" when none is near)
+    entered_from: Dict[int, str] = field(default_factory=dict)
 
     @property
     def rows(self) -> int:
@@ -335,6 +338,7 @@ def _apply(rep: Report, j: vd.Judgement, cfg: CompareConfig) -> None:
     rep.styles = _styles(j.verdict) if cfg.highlight else None
     rep.failing = int(np.count_nonzero(j.verdict == vd.FAIL))
     rep.exec_pos = j.exec_pos
+    rep.entered_from = j.entered_from or {}
     fails = np.flatnonzero(j.verdict == vd.FAIL)
     if len(fails) and j.exec_pos is not None:
         fails = fails[np.argsort(j.exec_pos[fails], kind="stable")]  # first in execution order

@@ -68,6 +68,10 @@ ARG_FLOAT_REL = 2.0 ** -7
 # difference when one of the UNMATCHED_WINDOW API calls before it has no golden counterpart (a target-only
 # op, its likely producer); without such a call only beyond accumulated rounding (K_ACC units).
 UNMATCHED_WINDOW = 3
+# An output is measured against its inputs' magnitude too (the smaller error counts) when it is more than
+# CANCEL_RATIO times smaller than its largest input: a sum with cancellation (a bias gradient of 3e-6 from
+# output gradients of 2e-3) keeps the inputs' absolute rounding.  A softmax (inputs 1.7, outputs <= 1) is not.
+CANCEL_RATIO = 4.0
 
 # unit roundoff per dtype name (the text after the last '.', lower case; MindSpore names included)
 _UNIT = {
@@ -79,6 +83,7 @@ _UNIT = {
 _INT_WORDS = ("int", "bool", "uint", "long", "short")
 _DTYPE_LABEL = {2.0 ** -8: "bf16", 2.0 ** -11: "fp16", 2.0 ** -24: "fp32", 2.0 ** -53: "fp64"}
 
+COLLECTIVE_PREFIXES = ("Distributed", "MintDistributed", "Communication", "communication")
 STAT_LABELS = ("Max", "Min", "Mean", "L2 norm", "MaxAbsErr", "CRC32")
 CRC = 5  # md5 dumps without statistics: only "the bytes differ" is known
 
@@ -220,6 +225,9 @@ class Judgement:
     is_arg: np.ndarray  # bool: non-tensor argument rows
     by_inputs: Optional[np.ndarray] = None  # bool: score measured against the inputs' magnitude
     exec_pos: Optional[np.ndarray] = None  # int64: position of each row in execution order (see judge)
+    # rows where a difference enters the run (inputs no compared op produced) -> the nearest target-only
+    # (unmatched) API call before it, their likely producer ("" when none is near)
+    entered_from: Optional[dict] = None
 
 
 def scaled_errors(t: np.ndarray, g: np.ndarray, max_abs: Optional[np.ndarray] = None,
@@ -486,7 +494,9 @@ def judge(f: Facts) -> Judgement:
     # too and keep the smaller of the two scaled errors
     judged_out = ~((state == "input") | (state == "parameters"))
     in_score, in_stat = rescaled(err, mag, mag_in[inv])
-    use_in = judged_out & (in_score < score)
+    with np.errstate(invalid="ignore"):
+        much_smaller = mag_in[inv] > CANCEL_RATIO * mag
+    use_in = judged_out & much_smaller & (in_score < score)
     score = np.where(use_in, in_score, score)
     stat = np.where(use_in, in_stat, stat).astype(np.int8)
     ctx_nf = nf_in[inv]
@@ -649,10 +659,11 @@ def judge(f: Facts) -> Judgement:
                 near = f"; nearest unmatched op above: {uniq[prev_unm[k_call]]}" if near_unm[k_call] else ""
                 return (f"{e_txt} on an input no compared op produced (beyond {lab} rounding): the op that made "
                         f"it is unmatched or not dumped{near}")
-            elif c is None or c <= own_bound[i]:
-                return f"{e_txt} while its inputs agree within {lab} rounding"
-            else:
-                return f"{e_txt} while its inputs differ by only {_pct(c)}"
+            peer = ("; a collective: the difference may come from another rank (see -da)"
+                    if f.api[i].split(".", 1)[0] in COLLECTIVE_PREFIXES else "")
+            if c is None or c <= own_bound[i]:
+                return f"{e_txt} while its inputs agree within {lab} rounding{peer}"
+            return f"{e_txt} while its inputs differ by only {_pct(c)}{peer}"
         return ""
 
     why = Reasons(n, reason)
@@ -663,7 +674,9 @@ def judge(f: Facts) -> Judgement:
     for i in pass_nf.tolist():
         vals = {repr(float(x)) for x in f.t_stats[:, i] if not np.isfinite(x)}
         why.set(i, f"both sides {'/'.join(sorted(vals))}: equal")
-    return Judgement(v, why, score, stat, unit, is_arg, use_in, exec_pos)
+    entered_from = {int(i): (str(uniq[prev_unm[inv[i]]]) if near_unm[inv[i]] else "")
+                    for i in np.flatnonzero(entering).tolist()}
+    return Judgement(v, why, score, stat, unit, is_arg, use_in, exec_pos, entered_from)
 
 
 def _linked_inputs(t: np.ndarray, g: np.ndarray, producer: np.ndarray, rows: np.ndarray) -> np.ndarray:
