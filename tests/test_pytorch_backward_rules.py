@@ -492,3 +492,23 @@ def test_dataclass_outputs_record_every_field(tmp_path, as_dict):
     rec = data["Module.head.Head.forward.0"]["output"][0]
     assert list(rec) == ["logits", "hidden_states", "loss"]
     assert rec["hidden_states"] is None and rec["logits"]["shape"] == [3, 2] and rec["loss"]["shape"] == []
+
+
+def test_forward_that_raises_leaves_later_records_right(tmp_path):
+    """A module forward that raises (caught by the training) must not bind later ops to its frame."""
+    torch.manual_seed(9)
+    model = Residual()
+    x = x_input(2, 3, 8)
+
+    def run(m):
+        try:
+            m(torch.ones(2, 3, 5))               # fc raises: wrong width
+        except RuntimeError:
+            pass
+        return m(x)
+
+    data, _ = dump(tmp_path, model, run, "mix")
+    keep = {}
+    loss = model(x, keep)
+    g_inside, = grads(loss, [keep["inside"]])
+    assert_grad(data["Tensor.to.0.backward"]["input"][0], g_inside, "to input after a failed forward")

@@ -689,8 +689,11 @@ class Hooks:
                 edges = ([(j, a.grad_fn, a.output_nr, a) for j, a in enumerate(tensor_args)], len(tensor_args))
             opened = None
             if edges is not None and edges[0]:
+                stack = hooks._open
+                if stack and stack[0][2] != col.generation:
+                    stack.clear()        # left by a forward that raised in an earlier step
                 opened = [edges, [], col.generation]
-                hooks._open.append(opened)
+                stack.append(opened)
             frames.append((name, n, parent, expand, inputs, col.generation, edges, opened))
 
         def record_outputs(frame, args, output):
