@@ -15,11 +15,16 @@ How calls are seen
 
 Backward
   * API backward: a post-hook on the ``grad_fn`` node of the first output tensor (the reference's
-    semantics: ``input`` = grads of the node's outputs, ``output`` = grads of its inputs).
-  * Module backward: tensor hooks on the module's outputs (grads flowing in) and post-hooks on the
-    nodes inside the module that consume its inputs (grads flowing out, this module's share only).
+    semantics: ``input`` = grads of the node's outputs, ``output`` = grads of its inputs). An op that
+    returns its input unchanged has no node of its own: the identity on the gradient through it
+    (the share of the module running it when the tensor is that module's input, else a tensor hook).
+  * Module backward: tensor hooks on the module's outputs (grads flowing in; for an output the module
+    also consumes itself, minus that own use) and post-hooks on the nodes inside the module that
+    consume its inputs (grads flowing out, this module's share only).
     No node is inserted into the autograd graph, so gradient values and their accumulation order
     are exactly those of a run without the tool.
+  * Collectives, custom and NPU ops write through a backend without bumping ``_version``: after
+    them the statistics cache is dropped; async ones are recorded when their Work completes.
   * Parameter gradients: tensor hooks on the parameters (the incoming gradient, as 8.x records).
 
 Every hook body runs inside :func:`guarded`: an exception is written once per name to
