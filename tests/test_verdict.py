@@ -69,6 +69,12 @@ def assert_consistent(rep):
                 assert result[i] == "Warning", rep.names[i]
             elif result[i] == "Warning":
                 raise AssertionError(f"{rep.names[i]}: Result Warning on a {vd.NAMES[int(v[i])]} row")
+    if rep.mode == "md5":
+        result = col(rep, "Result")
+        for i in range(rep.rows):
+            assert (result[i] == "Different") == (v[i] >= vd.WARN), (rep.names[i], result[i])
+            if result[i] == "Different (within noise)":
+                assert v[i] == vd.NOISE and col(rep, "NPU MD5")[i] != col(rep, "BENCH MD5")[i]
     msgs = col(rep, "Err_message") if "Err_message" in rep.header else None
     for i in np.flatnonzero(v >= vd.WARN).tolist():
         assert rep.why[i], rep.names[i]
@@ -287,6 +293,8 @@ def test_control_pair_names_nothing(model_dumps, mode):
     c = vd.counts(rep.verdict)
     assert c[vd.FAIL] == 0 and c[vd.WARN] == 0
     assert c[vd.NOISE] > 100  # bf16 against fp32 differs nearly everywhere, within rounding
+    if mode == "md5":
+        assert col(rep, "Result").count("Different (within noise)") == c[vd.NOISE]
     assert rep.worst == [] and rep.first_red is None
     text = "\n".join(summary_lines(rep))
     assert "no culprit: all" in text and "compared rows agree within bf16 rounding" in text

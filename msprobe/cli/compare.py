@@ -306,14 +306,18 @@ def summary_lines(rep, out_sub: str = "", label: str = "", seconds: float = 0.0)
     compared = rep.rows - c[vd.NOT_COMPARED]
     lines.append(f"  red: {c[vd.FAIL]}  yellow: {c[vd.WARN]}  within noise: {c[vd.NOISE]}  equal: {c[vd.PASS]}  "
                  f"not compared: {c[vd.NOT_COMPARED]}  ({seconds:.2f} s)")
-    ref = {"statistics": None, "md5": ("rows differ in CRC32 (Result Different)", "Result", "Different"),
-           "tensor": ("rows below the reference's accuracy bar (Accuracy No)", "Accuracy Reached or Not", "No")}[rep.mode]
-    if ref is not None and ref[1] in rep.header:
-        col = rep.columns[rep.header.index(ref[1])]
-        n_ref = sum(1 for x in col if x == ref[2])
+    if rep.mode == "tensor" and "Accuracy Reached or Not" in rep.header:
+        n_ref = sum(1 for x in rep.columns[rep.header.index("Accuracy Reached or Not")] if x == "No")
         if n_ref:
-            lines.append(f"  {n_ref} {ref[0]}; the verdict judges them against dtype rounding (see Err_message)"
-                         if rep.mode == "tensor" else f"  {n_ref} {ref[0]}; the verdict judges them by their statistics")
+            lines.append(f"  {n_ref} rows below the reference's accuracy bar (Accuracy No); the verdict judges them "
+                         f"against dtype rounding (see Err_message)")
+    elif rep.mode == "md5" and "Result" in rep.header:
+        col = rep.columns[rep.header.index("Result")]
+        n_diff = sum(1 for x in col if x.startswith("Different"))
+        n_noise = sum(1 for x in col if x != "Different" and x.startswith("Different"))
+        if n_diff:
+            lines.append(f"  {n_diff} rows differ in CRC32, {n_noise} of them within rounding by their statistics "
+                         f"(Result 'Different (within noise)')")
     lab = vd.noise_label(rep.unit, rep.verdict) if rep.unit is not None and rep.verdict is not None else "dtype"
     if compared == 0:
         lines.append("  no row could be compared")

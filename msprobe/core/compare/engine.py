@@ -35,6 +35,7 @@ MSG_FUZZY = " Fuzzy matching data, the comparison accuracy may be affected."
 STACK_COL = "NPU_Stack_Info"
 MATCH_COL = "Match"
 MSG_ARG_EQUAL = "Non-tensor argument, compared by value: equal."
+MD5_NOISE = "Different (within noise)"  # md5 Result of a CRC difference the verdict finds within rounding
 MSG_ARG_DIFF = "Non-tensor argument, compared by value: differs."
 
 
@@ -417,9 +418,13 @@ def _md5(cfg: CompareConfig, t: DumpRows, g: DumpRows, m: Matches) -> Report:
     cols += [tm5, gm5, rg_cells, result]
     rep = Report(MODE_MD5, header, cols, None, cols[0], _take(t.api, m.target), int(m.matched.sum()))
     equal = np.array([r == "pass" for r in result], dtype=bool)
-    # Result stays the CRC fact (pass / Different); the verdict judges a difference by the statistics
-    # recorded next to the CRC, and decides colour, summary and advisor
-    _apply(rep, _judge(t, g, m, cols, equal=equal), cfg)
+    # the verdict judges a CRC difference by the statistics recorded next to the CRC; Result follows it:
+    # 'Different' on red and yellow rows only, MD5_NOISE where the CRCs differ within rounding
+    j = _judge(t, g, m, cols, equal=equal)
+    noise = np.flatnonzero(~equal & m.matched & (j.verdict <= vd.NOISE))
+    for i in noise.tolist():
+        result[i] = MD5_NOISE
+    _apply(rep, j, cfg)
     return rep
 
 
