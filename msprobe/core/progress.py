@@ -305,6 +305,36 @@ def slow_stage(name: str, count: Optional[int] = None, unit: str = "") -> None:
         stages.stage(name, count, unit)
 
 
+def count_rows(n: int) -> None:
+    """Tell the stage counting rows in this thread (:func:`counting_rows`) that ``n`` more rows are done; a
+    writer calls it per chunk (cheap when nobody counts)."""
+    add = getattr(_CURRENT, "rows", None)
+    if add is not None:
+        add(n)
+
+
+class counting_rows:  # noqa: N801 - used like a function: ``with counting_rows(cb):``
+    """Within the block, :func:`count_rows` in this thread calls ``callback(rows done so far)``."""
+
+    def __init__(self, callback: Optional[Callable[[int], None]]):
+        self.callback = callback
+        self.done = 0
+        self._outer = None
+
+    def _add(self, n: int) -> None:
+        self.done += n
+        self.callback(self.done)
+
+    def __enter__(self) -> "counting_rows":
+        self._outer = getattr(_CURRENT, "rows", None)
+        if self.callback is not None:
+            _CURRENT.rows = self._add
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _CURRENT.rows = self._outer
+
+
 class SlowStages:
     """Stages of usually quick work that say something only when it is slow.
 

@@ -237,7 +237,10 @@ def run_job(cfg: CompareConfig, job: RankJob, out_dir: str, ts: str,
     path = unique_path(os.path.join(out_dir, report_name(job.label, cfg.fmt, ts, _is_debug(job.target_json))))
     if progress:
         progress("write", 0, rep.rows, "rows", cfg.fmt)
-    written = write_report(rep, path, cfg.fmt)
+    from msprobe.core.progress import counting_rows
+
+    with counting_rows((lambda done: progress("write", done, rep.rows, "rows", cfg.fmt)) if progress else None):
+        written = write_report(rep, path, cfg.fmt)
     if rep.layer_rows is not None:
         from msprobe.core.compare.mapping import write_data_mapping
 

@@ -97,6 +97,8 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
+from msprobe.core.progress import count_rows
+
 __all__ = ["write_xlsx", "write_workbook", "RELATIVE_ERROR_COLUMNS"]
 
 #: Rows per chunk of sheet XML built at once (4096 keeps numpy temporaries
@@ -1203,6 +1205,7 @@ def _write_package(path, plans, force_zip64: bool) -> None:
                         chunk_cols = [col[c0:c1] for col in p.columns]
                         chunk_styles = None if p.styles is None else p.styles[c0:c1]
                         out.write(builder.build(chunk_cols, chunk_styles, c0 - p.start + 2, p.percent))
+                        count_rows(c1 - c0)          # the write stage's row count (msprobe.core.progress)
                     out.write(_sheet_tail(ncols, p.stop - p.start))
                 finally:
                     out.close()
