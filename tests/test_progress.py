@@ -360,3 +360,15 @@ def test_slow_dump_flush_names_its_stages(tmp_path, caplog, monkeypatch):
     assert any(t.startswith("dump step 1: writing: writing stack.json") for t in text), text
     assert re.fullmatch(r"dump step 1: writing: finished after \d+\.\d\d s", text[-1]), text
     assert json.loads((tmp_path / "dump" / "step1" / "rank" / "dump.json").read_text())["data"]   # written
+
+
+def test_xlsx_writer_counts_rows_for_the_write_stage(tmp_path):
+    from msprobe.core.io.xlsx import CHUNK_ROWS, write_xlsx
+
+    n = CHUNK_ROWS * 2 + 5
+    seen = []
+    with pg.counting_rows(seen.append):
+        write_xlsx(str(tmp_path / "a.xlsx"), ["x"], [list(range(n))])
+    assert seen == [CHUNK_ROWS, 2 * CHUNK_ROWS, n]
+    write_xlsx(str(tmp_path / "b.xlsx"), ["x"], [list(range(n))])       # nobody counting: nothing called
+    assert seen == [CHUNK_ROWS, 2 * CHUNK_ROWS, n]
