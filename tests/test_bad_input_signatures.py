@@ -493,3 +493,26 @@ def test_ir_reader_on_a_directory(tmp_path):
     (tmp_path / "graph.ir").mkdir()
     with pytest.raises(MsprobeError, match="directory"):
         parse_ir(str(tmp_path / "graph.ir"))
+
+
+def test_op_generate_nul_in_path(tmp_path, capsys, monkeypatch):
+    """op_generate: ValueError 'embedded null byte' from os.link (a \\u0000 in extract_api_path)."""
+    pytest.importorskip("torch")
+    t, g = copy_rank(tmp_path)
+    cfg = _op_config(tmp_path, t / "dump.json", extract_api_path=str(tmp_path / "ex\u0000tract.json"))
+    rc, text = run(["op_generate", "-i", cfg, "-o", tmp_path / "out"], capsys, monkeypatch, tmp_path)
+    assert_clean(rc, text, "extract_api_path", "NUL")
+
+
+def test_merge_short_row_unsorted_columns(tmp_path, capsys, monkeypatch):
+    """merge_result xlsxread._batch: IndexError when a row has fewer cells than the highest wanted column
+    (the wanted columns are not in ascending order)."""
+    from msprobe.core.merge.xlsxread import SheetReader
+
+    fx = fixtures_or_skip()
+    src = sorted((fx / "multirank_mlp_bf16_stat_mix" / "reference_out" / "v833_compare_stepdir").glob("*.xlsx"))[0]
+    with SheetReader(str(src)) as r:
+        head = r.header()
+        body = b'<row r="2"><c r="A2" t="inlineStr"><is><t>x</t></is></c></row>'  # one cell only
+        rows = r._batch([body], [0, len(head) - 1, 2])
+    assert rows == [("x", None, None)]

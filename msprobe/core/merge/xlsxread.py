@@ -383,13 +383,14 @@ class SheetReader:
             cols = [self._decode_column([sp[j] for sp in splits]) for j in wanted]
             return list(zip(*cols))
         wanted_set = frozenset(wanted)
+        last = max(wanted) if wanted else -1  # ``wanted`` is in the caller's column order, not sorted
         out = []
         for ok, sp, body in zip(regular, splits, bodies):
             if ok:
                 out.append(tuple(self._piece_value(sp[j]) for j in wanted))
             else:
                 vals = self.cells(body, wanted_set)
-                vals.extend([None] * (wanted[-1] + 1 - len(vals)))
+                vals.extend([None] * (last + 1 - len(vals)))
                 out.append(tuple(vals[j] for j in wanted))
         return out
 

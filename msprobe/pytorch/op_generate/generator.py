@@ -78,6 +78,9 @@ def load_config(config_path: str, output_dir: str) -> OpGenConfig:
     extract_path = obj.get("extract_api_path")
     if not extract_path:
         raise MsprobeError(f"{where}: 'extract_api_path' is required (where the extracted API json is written or read)")
+    for key in ("dump_json_path", "extract_api_path"):
+        if obj.get(key) and "\0" in obj[key]:
+            raise MsprobeError(f"{where}: '{key}' holds a NUL character; correct the path")
     propagation = obj.get("propagation") or "forward"
     if propagation not in ("forward", "backward"):
         raise MsprobeError(f"{where}: propagation is invalid, it should be one of ['forward', 'backward'], not {propagation!r}")
