@@ -16,19 +16,21 @@ Verdicts (int8, ordered by severity):
 
 The error of a tensor row is measured on a scale near-zero statistics cannot blow up (``scaled error``):
 the Max, Min and Mean differences divided by the tensor's magnitude ``max(|max|, |min|)`` over both sides
-(finite values only), and the L2-norm difference divided by the larger norm.  A MaxAbsErr (tensor mode)
-is divided by the same magnitude.  The row's noise unit is the unit roundoff of the lower-precision dtype
-of the two sides (bf16 2^-8, fp16 2^-11, fp32 2^-24, ...).
+(finite values only), and the L2-norm difference divided by the larger norm (compare passes no MaxAbsErr:
+tensor mode is judged on the same statistics).  The row's noise unit is the unit roundoff of the
+lower-precision dtype of the two sides (bf16 2^-8, fp16 2^-11, fp32 2^-24, ...), at least that of the
+coarsest float dtype of the pair.  The full rules and thresholds: docs/compare.md, "Rule set".
 
 ``Report.verdict`` holds one of these per row, ``Report.why`` a short reason per row ("" for plain PASS and
-NOT_COMPARED rows), ``Report.score`` the scaled error (NaN where none) used for ranking.
+NOT_COMPARED rows), ``Report.score`` the scaled error (NaN where none) used for ranking, ``Report.exec_pos``
+the execution order and ``Report.entered_from`` the likely producer of rows where a difference enters.
 Use :func:`judge` (pure numpy on columns) or read those fields; failing rows are ``verdict == FAIL``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import List, Optional
 
 import numpy as np
