@@ -391,3 +391,17 @@ def test_softmax_bug_in_real_dumps(tmp_path, capsys, task):
     code, stdout, err = run(["compare", "-tp", g2, "-gp", g, "-o", out2, "-q", "-da"], capsys)
     assert code == 0, err
     assert "  rank_0: none (" in stdout and "advisor: no failing row: " in stdout
+
+
+def test_a_failing_low_precision_row_is_not_excused_as_rounding():
+    """A FAIL row held in bf16 against fp32 was judged beyond bf16 rounding by the verdict: the advisor must not
+    say "part of the difference is expected rounding" about it (it did, on a 50% error)."""
+    names = ["Functional.relu.0.forward.input.0", "Functional.relu.0.forward.output.0"]
+    apis = ["Functional.relu.0.forward"] * 2
+    rep = Rep(names, apis, dtype="torch.bfloat16", bench_dtype="torch.float32", verdict=[vd.NOISE, vd.FAIL])
+    a = adv.advise(rep)
+    assert a.node == names[1]
+    assert "expected rounding" not in a.reason and "larger than that rounding explains" in a.reason
+    # without verdicts (a report read back from a file) the old hint stays
+    old = Rep(names, apis, dtype="torch.bfloat16", bench_dtype="torch.float32", result=["", "Warning"])
+    assert "expected rounding" in adv.advise(old).reason
