@@ -383,3 +383,20 @@ def test_written_xlsx_colours_follow_the_verdict(model_dumps, tmp_path):
         fills.append(fs.pop() if fs else None)
     want = [{vd.FAIL: "FFFF0000", vd.WARN: "00FFFF00"}.get(int(v)) for v in rep.verdict]
     assert fills == want and "FFFF0000" in fills
+
+
+def test_integer_result_of_noisy_inputs_is_not_red(tmp_path):
+    # argmax of bf16 logits against fp32 ones: one index flips; identical inputs with a different index
+    # are red
+    def idx(mx, mn, mean):
+        return tensor(mx, mn, mean, 20.0, dtype="torch.int64", shape=(8,))
+    t_logits = tensor(2.0, -2.0, 0.1, 9.0, dtype="torch.bfloat16")
+    g_logits = tensor(2.001, -2.0, 0.1, 9.0)
+    rep = run(tmp_path,
+              {"Torch.argmax.0.forward": {"input_args": [t_logits], "output": [idx(7, 0, 3.5)]},
+               "Torch.argmax.1.forward": {"input_args": [g_logits], "output": [idx(7, 0, 3.5)]}},
+              {"Torch.argmax.0.forward": {"input_args": [g_logits], "output": [idx(7, 0, 3.25)]},
+               "Torch.argmax.1.forward": {"input_args": [g_logits], "output": [idx(7, 0, 3.25)]}})
+    assert rep.verdict.tolist() == [vd.NOISE, vd.NOISE, vd.PASS, vd.FAIL]
+    assert "integer/bool result" in rep.why[1]
+    assert_consistent(rep)

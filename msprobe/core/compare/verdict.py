@@ -528,10 +528,12 @@ def judge(f: Facts) -> Judgement:
     inherited = np.zeros(n, dtype=bool)
     # outputs (and debug values)
     outs = tens & ~is_in & ~is_pg
+    # an integer or bool result (an index, a comparison) of inputs that differ at all can flip: inherited
+    discrete = outs & (unit == 0) & (np.nan_to_num(ctx, nan=0.0) > 0) & ~explained
     v = np.where(outs & (within_own | (explained & within_acc)), NOISE, v)
-    inherited |= outs & ~within_own & explained & ~within_acc
-    v = np.where(outs & ~explained & (below_floor | grad_extreme), NOISE, v)
-    v = np.where(outs & ~explained & ~below_floor & ~grad_extreme, FAIL, v)
+    inherited |= (outs & ~within_own & explained & ~within_acc) | discrete
+    v = np.where(outs & ~explained & ~discrete & (below_floor | grad_extreme), NOISE, v)
+    v = np.where(outs & ~explained & ~discrete & ~below_floor & ~grad_extreme, FAIL, v)
     # parameter gradients: their inputs are the module's forward / backward rows; a module that was not
     # dumped leaves them unattributable (WARN at most)
     pg = tens & is_pg
@@ -643,6 +645,9 @@ def judge(f: Facts) -> Judgement:
                         f"agrees within {lab} rounding")
             elif below_floor[i] and not explained[i]:
                 return f"{e_txt}: below the {_pct(MIN_FAIL)} floor of reduced-precision kernels"
+            elif discrete[i]:
+                return (f"{e_txt}: an integer/bool result (an index or comparison) of inputs that differ by "
+                        f"{_pct(c or 0.0)}, which can flip it")
             elif is_in[i]:
                 return f"{e_txt}: {lab} rounding carried from earlier ops (nothing failed before this row)"
             else:
@@ -651,6 +656,9 @@ def judge(f: Facts) -> Judgement:
         elif vi == WARN:
             if is_in[i]:
                 return f"{e_txt}: inherited, the input already differs beyond {lab} rounding"
+            if discrete[i]:
+                return (f"{e_txt}: an integer/bool result of inputs that already differ by {_pct(c or 0.0)}, "
+                        f"which can flip it")
             elif c is None:
                 return f"{e_txt}: beyond {lab} rounding; its module's inputs were not dumped, cannot attribute"
             else:
