@@ -159,7 +159,7 @@ READERS = [
 
 
 @pytest.mark.parametrize("name,reader", READERS, ids=[f"{n}-{r.__name__}" for n, r in READERS])
-@_settings(150)
+@_settings(200)
 @given(rnd=st.randoms(use_true_random=False), which=st.integers(0, 7))
 def test_json_readers(name, reader, rnd, which):
     files = _rank_files(name)
@@ -193,7 +193,7 @@ def test_compare_json_reader(rnd):
         check_reader(_read_compare_json, p)
 
 
-@_settings(150)
+@_settings(200)
 @given(rnd=st.randoms(use_true_random=False), which=st.integers(0, 1000))
 def test_tensor_readers(rnd, which):
     from msprobe.core.io.tensors import load_tensor
@@ -218,7 +218,7 @@ YAMLS = {
 }
 
 
-@_settings(200)
+@_settings(120)
 @given(rnd=st.randoms(use_true_random=False), kind=st.sampled_from(sorted(YAMLS)))
 def test_yaml_readers(rnd, kind):
     from msprobe.core.compare import mapping
@@ -294,7 +294,7 @@ def test_op_generate_config_reader(rnd):
 # ------------------------------------------------------------------------------------------- commands
 
 
-@_settings(120)
+@_settings(80)
 @given(index=st.integers(0, 10 ** 9))
 def test_commands_on_mutated_inputs(index):
     """Every command (compare in all its modes, graph, merge_result, op_generate, code_mapping, the dump
@@ -328,7 +328,7 @@ def argv_strategy(draw):
     return legacy + [cmd] + tokens
 
 
-@_settings(250)
+@_settings(300)
 @given(argv=argv_strategy())
 def test_argument_parsing(argv, tmp_path_factory):
     """Any argument list: exit status 0, 1 or 2, no traceback, no internal error (outputs go to a temp dir)."""

@@ -253,7 +253,8 @@ def _pick(rnd: random.Random, files: List[Path], k: int) -> List[Path]:
 def make_scenarios(fx: Path) -> List[Scenario]:
     out: List[Scenario] = []
     dump_cases = [c for c in ("mlp_bf16_stat_mix", "mlp_bf16_md5", "mlp_bf16_stat_L1", "cnn_fp16_stat_mix",
-                              "mlp_bf16_stat_mix_v26dump", "mlp_bf16_tensor_mix", "cnn_fp16_tensor_mix")
+                              "mlp_bf16_stat_mix_v26dump", "mlp_bf16_tensor_mix", "cnn_fp16_tensor_mix",
+                              "mindspore_cpu_mix", "torch_npu_stubcann_cpu_mix")
                   if (fx / c / "target" / "step0").is_dir()]
 
     def rank_dir(case: str, side: str) -> Path:
