@@ -317,6 +317,15 @@ def make_scenarios(fx: Path) -> List[Scenario]:
         argv += rnd.sample(["--db", "-oc", "-cs", "-fm"], rnd.randrange(2))
         return argv, cand
 
+    def graph_json(ws: Path, rnd: random.Random):
+        case = rnd.choice([c for c in dump_cases if c != "mlp_bf16_stat_L1"])
+        t = _copy(rank_dir(case, "target"), ws / "t")
+        g = _copy(rank_dir(case, "golden"), ws / "g")
+        cfg = ws / "compare.json"
+        cfg.write_text(json.dumps({"npu_path": str(t), "bench_path": str(g), "is_print_compare_log": True}, indent=2))
+        argv = ["-f", "pytorch", "graph", "-i", str(cfg), "-o", str(ws / "out"), "-q"]
+        return argv, [cfg, cfg, t / "construct.json"]
+
     def merge(ws: Path, rnd: random.Random):
         base = fx / "multirank_mlp_bf16_stat_mix" / "reference_out"
         src = rnd.choice([d for d in ("v833_compare_stepdir", "v26_compare_stepdir_xlsx", "v26_compare_stepdir_csv")
@@ -371,7 +380,7 @@ def make_scenarios(fx: Path) -> List[Scenario]:
     if dump_cases:
         out += [Scenario("compare_file", "compare", compare_file, 6), Scenario("compare_stepdir", "compare", compare_stepdir, 2),
                 Scenario("compare_json", "compare", compare_json, 2), Scenario("compare_mapping", "compare", compare_mapping, 1),
-                Scenario("graph", "graph", graph, 4), Scenario("op_generate", "op_generate", op_generate, 2),
+                Scenario("graph", "graph", graph, 4), Scenario("graph_json", "graph", graph_json, 1), Scenario("op_generate", "op_generate", op_generate, 2),
                 Scenario("config_json", "config", config_json, 2)]
     if (fx / "multirank_mlp_bf16_stat_mix" / "reference_out").is_dir():
         out.append(Scenario("merge_result", "merge_result", merge, 2))
@@ -537,11 +546,13 @@ def run_one(seed: int, index: int, scenarios: List[Scenario], timeout: float, ke
 # ------------------------------------------------------------------------------------------- driver
 
 
-def _worker(seed, indexes, fixtures, timeout, keep, queue):
+def _worker(seed, indexes, fixtures, timeout, keep, queue, only=""):
     import logging
 
     logging.getLogger("msprobe").handlers[:] = []
     scenarios = make_scenarios(Path(fixtures))
+    if only:
+        scenarios = [s for s in scenarios if s.name in set(only.split(","))]
     for i in indexes:
         queue.put(("start", i, os.getpid()))
         try:
@@ -589,7 +600,7 @@ def main(argv=None) -> int:
 
     def launch():
         b = batches.pop(0)
-        p = ctx.Process(target=_worker, args=(args.seed, b, str(fx), args.timeout, str(keep), queue))
+        p = ctx.Process(target=_worker, args=(args.seed, b, str(fx), args.timeout, str(keep), queue, args.only))
         p.start()
         running[p.pid] = {"proc": p, "left": list(b), "current": None, "since": time.time()}
 
