@@ -226,10 +226,23 @@ def test_missing_compare_json(tmp_path):
 
 
 def test_truncated_dump_json(stat_pair, tmp_path):
+    """Cut inside 'data' (a writer killed mid-write, a half copy): compare uses the complete records and
+    warns, naming the last one (issue 17 item 4); cut before any complete record: one error line."""
     t, g = stat_pair
     data = (t / "dump.json").read_bytes()
     (t / "dump.json").write_bytes(data[: len(data) // 2])
     res, out = compare_files(tmp_path, t / "dump.json", g / "dump.json")
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    kept = json.loads(data)["data"]
+    warn = [ln for ln in res.stderr.splitlines() if "is cut short" in ln]
+    assert len(warn) == 1 and str(t / "dump.json") in warn[0]
+    import re
+
+    n = int(re.search(r"using its first (\d+) records", warn[0]).group(1))
+    assert 0 < n < len(kept) and f"up to {list(kept)[n - 1]} " in warn[0]
+    (t / "dump.json").write_bytes(data[:300])
+    (tmp_path / "second").mkdir()
+    res, out = compare_files(tmp_path / "second", t / "dump.json", g / "dump.json")
     line = assert_user_error(res, out, t / "dump.json")
     assert "not valid JSON" in line and "re-run the dump" in line
 
@@ -434,7 +447,7 @@ def test_rank_dir_without_dump_json(multi_pair, tmp_path):
 def test_one_broken_rank_leaves_no_report(multi_pair, tmp_path, jobs):
     t, g = multi_pair
     data = (g / "rank1" / "dump.json").read_bytes()
-    (g / "rank1" / "dump.json").write_bytes(data[: len(data) // 2])
+    (g / "rank1" / "dump.json").write_bytes(data[:300])   # cut before any complete record: cannot be repaired
     res, out = compare_files(tmp_path, t, g, "-j", jobs)
     assert_user_error(res, out, g / "rank1" / "dump.json")
 

@@ -414,6 +414,55 @@ def entry_name(raw: bytes, offset: int) -> Optional[str]:
     return name.decode("utf-8", "replace")
 
 
+def repair_truncated_dump(path: str):
+    """A dump.json cut short (a write that never finished: the reference writes it in place, or a half
+    copy): ``(object, last complete record name, records kept)`` from the complete entries of ``data``,
+    or None when the file is not an indented dump.json cut inside ``data`` (then it cannot be repaired).
+
+    Only the layout every dumper writes is handled: one entry of ``data`` per line at one indentation;
+    the entry the cut falls in is dropped, every entry kept parses whole."""
+    try:
+        if os.path.getsize(path) > json_size_limit():
+            return None
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return None
+    if not raw.startswith(b"{\n"):
+        return None
+    u = len(raw) - len(raw[2:].lstrip(b" ")) - 2
+    if u <= 0:
+        return None
+    pad = b" " * u
+    key = b"\n" + pad + b'"data": {'
+    i = raw.find(key)
+    if i < 0:
+        return None
+    start = i + len(key)
+    if raw.find(b"\n" + pad + b"}", start) >= 0:
+        return None  # data is closed: not a truncation inside data
+    try:
+        head = _loads(raw[:i].rstrip(b", \n") + b"}")
+    except ValueError:
+        return None
+    if not isinstance(head, dict):
+        return None
+    marker = b"\n" + pad + pad + b'"'
+    offsets = []
+    j = raw.find(marker, start)
+    while j >= 0:
+        offsets.append(j)
+        j = raw.find(marker, j + 1)
+    if len(offsets) < 2:
+        return None
+    # entries 0 .. n-2 end where the next one starts; the last one is where the cut fell
+    data = parse_entries(raw, offsets, 0, len(offsets) - 1)
+    if not data:
+        return None
+    head["data"] = data
+    return head, entry_name(raw, offsets[-2]), len(data)
+
+
 def _chunked(raw: bytes, markers: bool, chunk: int):
     idx = dump_index(raw, markers)
     if idx is None:

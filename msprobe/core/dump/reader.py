@@ -341,9 +341,30 @@ def load_stack(path: str) -> Dict[str, str]:
     return out
 
 
+def _repaired(path: str, side: str):
+    """The complete records of a truncated dump.json (msprobe.core.fileio.repair_truncated_dump), or None."""
+    import logging
+
+    from msprobe.core.fileio import repair_truncated_dump
+
+    fixed = repair_truncated_dump(path)
+    if fixed is None:
+        return None
+    obj, last, n = fixed
+    logging.getLogger("msprobe").warning(
+        "%s dump.json %s is cut short (its writer was killed, or the copy is incomplete): using its first %d "
+        "records, up to %s (the last complete record); the rest of the dump is missing", side, path, n, last)
+    return obj
+
+
 def read_dump(path: str, side: str, stack_path: Optional[str] = None) -> DumpRows:
     """Parse a dump.json into rows.  ``side`` ('target'/'golden') only names the file in messages."""
-    obj = load_json(path, f"{side} dump.json")
+    try:
+        obj = load_json(path, f"{side} dump.json")
+    except MsprobeError:
+        obj = _repaired(path, side)   # a dump.json cut short: its complete records, with a warning
+        if obj is None:
+            raise
     if not isinstance(obj, dict):
         raise MsprobeError(f"{side} dump.json {path}: the top level is not an object; this is not a dump.json")
     task = obj.get("task")
