@@ -405,3 +405,31 @@ def test_a_failing_low_precision_row_is_not_excused_as_rounding():
     # without verdicts (a report read back from a file) the old hint stays
     old = Rep(names, apis, dtype="torch.bfloat16", bench_dtype="torch.float32", result=["", "Warning"])
     assert "expected rounding" in adv.advise(old).reason
+
+
+@pytest.mark.parametrize("md5", [False, True], ids=["statistics", "md5"])
+def test_a_minus_inf_fill_value_on_both_sides_is_no_overflow(tmp_path, capsys, md5):
+    """masked_fill(mask, -inf) after a target-only multiply: the -inf fill value is an input of the failing
+    API on both sides, so it is no overflow; the advisor names the target-only producer (it said
+    'overflow/NaN ... look at the op that produced it' and named nothing)."""
+    target, golden = _mul_case(md5)
+    for side in (target, golden):
+        side["Tensor.masked_fill.0.forward"] = side.pop("Functional.softmax.0.forward")
+        side["Tensor.masked_fill.0.forward"]["input_args"].append({"type": "float", "value": float("-inf")})
+    t, g = pair(tmp_path, target, golden)
+    out = tmp_path / "out"
+    code, stdout, err = run(["compare", "-tp", t, "-gp", g, "-o", out, "-q"], capsys)
+    assert code == 0, err
+    f = advisor_file(out)
+    assert f["Category"] == adv.CAT_TARGET_ONLY, f
+    assert "produced by Tensor.__mul__.0.forward" in f["Reason"]
+
+
+def test_md5_within_noise_rows_count_as_no_error():
+    rep = Rep(["a.0.forward.output.0", "b.0.forward.output.0", "c.0.forward.output.0"],
+              ["a.0.forward", "b.0.forward", "c.0.forward"])
+    rep.mode = "md5"
+    rep.header = rep.header[:-1] + ["Result"]
+    rep.columns[-1] = ["pass", "Different (within noise)", "Different"]
+    err = OpTable(rep).row_error()
+    assert err.tolist() == [0.0, 0.0, 1.0]

@@ -308,7 +308,7 @@ def advise(report, rank: int = 0, label: Optional[str] = None) -> Advice:
     s, e = int(table.starts[g]), int(table.ends[g])
     expert = reference_advice(node)
     backward = ".backward" in api or "backward" in node.split(".")
-    nonfinite = table.target_nonfinite()
+    nonfinite = table.overflow_rows()  # target-only NaN/inf: -inf on both sides (a mask fill) is no overflow
     bad_rows = np.flatnonzero(nonfinite[s:e])
     note = _dtype_note(table, i)
     producer, producer_note, culprit = None, "", i
