@@ -200,12 +200,21 @@ def test_stale_temporary_files_of_dead_runs_are_removed(tmp_path):
     out.mkdir()
     dead = subprocess.Popen(["true"])
     dead.wait()
-    (out / f".msprobe-{dead.pid}-abc.tmp").write_bytes(b"partial")
-    (out / f".msprobe-graph-{dead.pid}-xyz").mkdir()
-    (out / f".msprobe-{os.getpid()}-mine.tmp").write_bytes(b"in use")       # a running process: kept
-    (out / "compare_result_1.xlsx").write_bytes(b"a user's file")            # never touched
+    from msprobe.core.fileio import temp_tag
+
+    host = temp_tag().split("@", 1)[1]
+    (out / f".msprobe-{dead.pid}@{host}-abc.tmp").write_bytes(b"partial")
+    (out / f".msprobe-{dead.pid}-old.tmp").write_bytes(b"partial")              # a name without the host
+    (out / f".msprobe-graph-{dead.pid}@{host}-xyz").mkdir()
+    (out / f".msprobe-{os.getpid()}@{host}-mine.tmp").write_bytes(b"in use")    # a running process: kept
+    (out / f".msprobe-{dead.pid}@otherhost{host}-nfs.tmp").write_bytes(b"x")   # another machine, recent: kept
+    old_foreign = out / f".msprobe-{dead.pid}@otherhost{host}-old.tmp"
+    old_foreign.write_bytes(b"x")
+    os.utime(old_foreign, (time.time() - 2 * 86400, time.time() - 2 * 86400))  # another machine, 2 days old
+    (out / "compare_result_1.xlsx").write_bytes(b"a user's file")               # never touched
     ensure_output_dir(str(out))
-    assert sorted(os.listdir(out)) == sorted([f".msprobe-{os.getpid()}-mine.tmp", "compare_result_1.xlsx"])
+    assert sorted(os.listdir(out)) == sorted([f".msprobe-{os.getpid()}@{host}-mine.tmp",
+                                              f".msprobe-{dead.pid}@otherhost{host}-nfs.tmp", "compare_result_1.xlsx"])
 
 
 # ------------------------------------------------------------------------------------------- -j

@@ -16,6 +16,7 @@ import errno
 import json
 import os
 import re
+import time
 import shutil
 import tempfile
 from typing import Callable, Optional
@@ -533,7 +534,7 @@ def atomic_write(final_path: str, write: Callable[[str], None], mode: int = 0o64
     directory = os.path.dirname(os.path.abspath(final_path))
     try:
         # the pid in the name lets a later run remove what a killed run left (clean_stale_temps)
-        fd, tmp = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-", suffix=".tmp", dir=directory)
+        fd, tmp = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{temp_tag()}-", suffix=".tmp", dir=directory)
     except OSError as exc:
         raise output_error(exc, final_path) from None
     os.close(fd)
@@ -560,7 +561,24 @@ def atomic_write(final_path: str, write: Callable[[str], None], mode: int = 0o64
 #: temporary files of :func:`atomic_write` are named ``.msprobe-<pid>-<random>.tmp`` (graph work dirs
 #: ``.msprobe-graph-<pid>-<random>``)
 TEMP_PREFIX = ".msprobe-"
-_STALE_RE = re.compile(r"^\.msprobe-(?:graph-)?(\d+)-[^/]*$")
+_STALE_RE = re.compile(r"^\.msprobe-(?:graph-)?(\d+)(?:@([A-Za-z0-9]{1,40}))?-[^/]*$")
+#: a temporary file of another machine (a shared file system) is only removed when older than this
+FOREIGN_STALE_SECONDS = 24 * 3600
+
+
+def _host() -> str:
+    import socket
+
+    try:
+        name = socket.gethostname()
+    except OSError:  # pragma: no cover
+        name = ""
+    return re.sub(r"[^A-Za-z0-9]", "", name)[:40] or "host"
+
+
+def temp_tag() -> str:
+    """``<pid>@<host>``: who owns a temporary name (see :func:`clean_stale_temps`)."""
+    return f"{os.getpid()}@{_host()}"
 
 _NO_SPACE = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG)
 
@@ -633,8 +651,9 @@ def _pid_alive(pid: int) -> bool:
 
 def clean_stale_temps(directory: str) -> int:
     """Remove the temporary files (and graph work dirs) that a killed msprobe left in ``directory``:
-    those named with the pid of a process that no longer runs.  A running msprobe's are left alone
-    (two commands may share an output directory).  Returns how many were removed."""
+    those named with the pid of a process of this machine that no longer runs.  A running msprobe's are
+    left alone (two commands may share an output directory); another machine's (a shared file system) only
+    when older than :data:`FOREIGN_STALE_SECONDS`.  Returns how many were removed."""
     removed = 0
     try:
         names = os.listdir(directory)
@@ -642,9 +661,17 @@ def clean_stale_temps(directory: str) -> int:
         return 0
     for name in names:
         m = _STALE_RE.match(name)
-        if not m or _pid_alive(int(m.group(1))):
+        if not m:
             continue
         path = os.path.join(directory, name)
+        if m.group(2) is not None and m.group(2) != _host():
+            try:
+                if time.time() - os.lstat(path).st_mtime < FOREIGN_STALE_SECONDS:
+                    continue
+            except OSError:
+                continue
+        elif _pid_alive(int(m.group(1))):
+            continue
         try:
             if os.path.isdir(path) and not os.path.islink(path):
                 shutil.rmtree(path, ignore_errors=True)

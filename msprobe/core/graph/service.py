@@ -25,7 +25,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import orjson
 
 from msprobe.core.errors import MsprobeError
-from msprobe.core.fileio import atomic_write, disk_full_error, ensure_output_dir, place_file
+from msprobe.core.fileio import atomic_write, disk_full_error, ensure_output_dir, place_file, temp_tag
 from msprobe.core.graph import build as gbuild
 from msprobe.core.graph import compare as gcompare
 from msprobe.core.graph import export
@@ -384,7 +384,7 @@ def _run_graph(cfg: GraphConfig, progress_factory=None) -> GraphResult:
     ts = time.strftime("%Y%m%d%H%M%S")
     kind = "compare" if cfg.golden is not None else "build"
     # the pid in the name: a later run removes what a killed one left (fileio.clean_stale_temps)
-    workdir = tempfile.mkdtemp(prefix=f".msprobe-graph-{os.getpid()}-", dir=out_dir)
+    workdir = tempfile.mkdtemp(prefix=f".msprobe-graph-{temp_tag()}-", dir=out_dir)
     try:
         results = _run_units(cfg, units, workdir, ts, progress_factory)
         patches = _distributed(results, cfg.overflow_check)
