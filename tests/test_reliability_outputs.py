@@ -92,6 +92,42 @@ def test_compare_full_disk_injected(tmp_path, monkeypatch, capsys):
     assert _files(out) == []
 
 
+def test_report_and_advisor_appear_together(tmp_path, monkeypatch, capsys):
+    """The disk fills while the advisor file is written: the report is not left without it (one line,
+    nothing in the folder); a normal run names the advisor file first, the report right after."""
+    import msprobe.core.advisor.advisor as adv
+    from msprobe.cli.main import main
+
+    t, g = synthetic_pair(tmp_path / "d", 30)
+    real_write = adv.write_advice
+
+    def full(advice, out_dir, label=None, ts=None, **kw):
+        def boom(tmp):
+            Path(tmp).write_text("Line: ", encoding="utf-8")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        from msprobe.core.fileio import atomic_write
+
+        return atomic_write(os.path.join(out_dir, adv.advisor_name(label, ts)), boom, **kw)
+
+    monkeypatch.setattr(adv, "write_advice", full)
+    out = tmp_path / "out"
+    rc = main(["compare", "-tp", str(t / "rank"), "-gp", str(g / "rank"), "-o", str(out), "--csv"])
+    err = capsys.readouterr().err
+    assert rc != 0 and "no space left on device" in err and "Traceback" not in err
+    assert _files(out) == []
+    monkeypatch.setattr(adv, "write_advice", real_write)
+    linked = []
+    real_link = os.link
+
+    def spy(src, dst, *a, **k):
+        real_link(src, dst, *a, **k)
+        linked.append(os.path.basename(dst))
+
+    monkeypatch.setattr(os, "link", spy)
+    assert main(["compare", "-tp", str(t / "rank"), "-gp", str(g / "rank"), "-o", str(out), "--csv"]) == 0
+    assert [n.split("_")[0] for n in linked] == ["advisor", "compare"]
+
+
 @pytest.mark.parametrize("command", ["compare", "graph", "merge_result"])
 def test_full_disk_on_a_real_small_disk(tmp_path, small_disk, command):
     t, g = synthetic_pair(tmp_path / "d", 400, ranks=(0, 1))
@@ -161,6 +197,8 @@ def test_sigkill_compare_at_random_points(tmp_path):
         for f in _files(out):
             if f.name.endswith(".csv") and not f.name.startswith("."):
                 _complete_csv(f, N_APIS * 4)
+        # a report and its advisor file appear together (both written, then named one right after the other)
+        assert len(list(out.glob("compare_result_*.csv"))) == len(list(out.glob("advisor_*.txt")))
     res = msprobe(["compare", "-tp", t / "rank", "-gp", g / "rank", "-o", out, "--csv"], tmp_path)
     assert res.returncode == 0, res.stderr
     assert [f.name for f in out.iterdir() if f.name.startswith(".")] == []

@@ -222,7 +222,8 @@ def run(args) -> int:
     from msprobe.core.progress import Progress, display_wanted
 
     with Progress("compare", display=display_wanted(quiet=not cfg.progress)) as prog:
-        results = run_compare(cfg, progress_factory=prog.job)
+        # the advisor file of each report is written with it (both appear together, docs/reliability.md)
+        results = run_compare(cfg, progress_factory=prog.job, advisor=acfg.advisor)
     _summary(results)
     _analysis(results, acfg)
     _banner()
@@ -261,8 +262,8 @@ def _analysis(results, acfg) -> None:
         from msprobe.core.advisor.advisor import advise, summary_lines, write_advice
 
         for res in results:
-            advice = advise(res.report, label=res.label)
-            path = write_advice(advice, out_dir, res.label)
+            advice = res.advice if getattr(res, "advice", None) is not None else advise(res.report, label=res.label)
+            path = getattr(res, "advisor_path", "") or write_advice(advice, out_dir, res.label)
             for line in summary_lines(advice, res.label):
                 print(line, file=out)
             print(f"  advisor: {path}", file=out)

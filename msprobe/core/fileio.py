@@ -525,11 +525,12 @@ def place_file(src: str, final_path: str, mode: int = 0o640) -> str:
 write_observer: Optional[Callable[[str, str], None]] = None
 
 
-def atomic_write(final_path: str, write: Callable[[str], None], mode: int = 0o640) -> str:
+def atomic_write(final_path: str, write: Callable[[str], None], mode: int = 0o640, defer: bool = False):
     """Run ``write(tmp_path)`` and move the result to ``final_path`` without ever replacing a file.
 
     Returns the path written (``final_path`` or, if that name was taken meanwhile, a numbered variant).
-    The temporary file is removed on any failure.
+    The temporary file is removed on any failure.  ``defer``: return a :class:`PendingWrite` instead, the
+    file complete under its temporary name, for outputs that must appear together (:func:`commit_together`).
     """
     directory = os.path.dirname(os.path.abspath(final_path))
     try:
@@ -540,9 +541,15 @@ def atomic_write(final_path: str, write: Callable[[str], None], mode: int = 0o64
     os.close(fd)
     if write_observer is not None:
         write_observer("tmp", tmp)
+    pending = None
     try:
         try:
-            target = _atomic_place(tmp, final_path, write, mode)
+            write(tmp)
+            os.chmod(tmp, mode)
+            if defer:
+                pending = PendingWrite(tmp, final_path)
+                return pending
+            target = _link_free(tmp, final_path)
         except MsprobeError:
             raise
         except Exception as exc:  # noqa: BLE001 - a full disk, a quota, permissions: one clear line
@@ -554,8 +561,48 @@ def atomic_write(final_path: str, write: Callable[[str], None], mode: int = 0o64
             write_observer("done", target)
         return target
     finally:
-        if os.path.exists(tmp):
+        if pending is None and os.path.exists(tmp):
             os.unlink(tmp)
+
+
+class PendingWrite:
+    """An output written completely under its temporary name (``atomic_write(..., defer=True)``)."""
+
+    def __init__(self, tmp: str, final_path: str):
+        self.tmp = tmp
+        self.final_path = final_path
+
+    def commit(self) -> str:
+        """Give it its final name (never replacing a file); returns the path."""
+        try:
+            target = _link_free(self.tmp, self.final_path)
+        except OSError as exc:
+            err = output_error(exc, self.final_path)
+            raise (err or exc) from None
+        finally:
+            self.discard()
+        if write_observer is not None:
+            write_observer("done", target)
+        return target
+
+    def discard(self) -> None:
+        try:
+            os.unlink(self.tmp)
+        except FileNotFoundError:
+            pass
+
+
+def commit_together(pending: list) -> list:
+    """Name several finished outputs one right after the other (two links: a kill between them is
+    practically impossible); on a failure the ones not named yet are removed.  Returns their paths."""
+    out = []
+    try:
+        for p in pending:
+            out.append(p.commit())
+    finally:
+        for p in pending[len(out):]:
+            p.discard()
+    return out
 
 
 #: temporary files of :func:`atomic_write` are named ``.msprobe-<pid>-<random>.tmp`` (graph work dirs
@@ -719,6 +766,11 @@ def make_dirs(path: str, mode: int = 0o750) -> str:
 def _atomic_place(tmp: str, final_path: str, write: Callable[[str], None], mode: int) -> str:
     write(tmp)
     os.chmod(tmp, mode)
+    return _link_free(tmp, final_path)
+
+
+def _link_free(tmp: str, final_path: str) -> str:
+    """Hard-link the finished ``tmp`` to ``final_path`` or the next free numbered name; the path used."""
     target = final_path
     while True:
         try:

@@ -365,8 +365,10 @@ def advisor_name(label: Optional[str], ts: Optional[str] = None) -> str:
     return f"advisor{'_' + label if label else ''}_{ts}.txt"
 
 
-def write_advice(advice: Advice, out_dir: str, label: Optional[str] = None, ts: Optional[str] = None) -> str:
-    """Write the advisor file atomically (never replacing a file); returns the path written."""
+def write_advice(advice: Advice, out_dir: str, label: Optional[str] = None, ts: Optional[str] = None,
+                 defer: bool = False):
+    """Write the advisor file atomically (never replacing a file); returns the path written (``defer``: the
+    finished file under its temporary name, a fileio.PendingWrite, named by the caller)."""
     from msprobe.core.fileio import atomic_write
 
     text = "".join(line + "\n" for line in advice.lines())
@@ -375,7 +377,7 @@ def write_advice(advice: Advice, out_dir: str, label: Optional[str] = None, ts: 
         with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(text)
 
-    return atomic_write(os.path.join(out_dir, advisor_name(label, ts)), _write)
+    return atomic_write(os.path.join(out_dir, advisor_name(label, ts)), _write, defer=defer)
 
 
 def summary_lines(advice: Advice, label: Optional[str] = None) -> List[str]:

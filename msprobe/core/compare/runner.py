@@ -39,6 +39,8 @@ class RankResult:
     target_json: str = ""  # the dump.json pair compared (the advisor / -da read P2POp peers from it)
     golden_json: str = ""
     out_sub: str = ""  # graph/pynative layout: <folder>/<step>
+    advice: object = None  # the advisor's Advice when run_compare(advisor=True) wrote it with the report
+    advisor_path: str = ""
 
 
 def _rank_dirs(d: str, side: str) -> List[Tuple[str, int]]:
@@ -212,24 +214,27 @@ def report_name(label: Optional[str], fmt: str, ts: str, debug: bool = False) ->
     return f"{'debug_' if debug else ''}compare_result{middle}_{ts}.{fmt}"
 
 
-def write_report(rep: Report, path: str, fmt: str) -> str:
-    """Write the report atomically; returns the path actually written (never overwrites)."""
+def write_report(rep: Report, path: str, fmt: str, defer: bool = False):
+    """Write the report atomically; returns the path actually written (never overwrites), or with ``defer``
+    the finished file still under its temporary name (fileio.PendingWrite)."""
     if fmt == "csv":
         from msprobe.core.io.csvfile import write_csv
 
-        return atomic_write(path, lambda tmp: write_csv(tmp, rep.header, rep.columns))
+        return atomic_write(path, lambda tmp: write_csv(tmp, rep.header, rep.columns), defer=defer)
     from msprobe.core.io.xlsx import RELATIVE_ERROR_COLUMNS, write_xlsx
 
     styles = rep.styles if (rep.styles is not None and rep.styles.any()) else None
     # relative errors ("12.5%" text in the report) become percent-formatted numbers: sortable in Excel
     return atomic_write(path, lambda tmp: write_xlsx(tmp, rep.header, rep.columns, row_styles=styles,
-                                                     percent_columns=RELATIVE_ERROR_COLUMNS))
+                                                     percent_columns=RELATIVE_ERROR_COLUMNS), defer=defer)
 
 
 def run_job(cfg: CompareConfig, job: RankJob, out_dir: str, ts: str,
-            progress: Optional[Callable[..., None]] = None) -> RankResult:
+            progress: Optional[Callable[..., None]] = None, advisor: bool = False) -> RankResult:
     """Compare one pair and write its report. ``progress(stage, done, total, unit=None, detail=None)`` is told
-    the stages read, match, metrics (in compare_dumps) and write (msprobe.core.progress)."""
+    the stages read, match, metrics (in compare_dumps) and write (msprobe.core.progress). ``advisor``: also
+    write the advisor file; both files are written completely, then named one right after the other
+    (advisor first), so a kill leaves both or neither (docs/reliability.md "Outputs")."""
     start = time.perf_counter()
     if job.out_sub:
         out_dir = ensure_output_dir(os.path.join(out_dir, job.out_sub))
@@ -239,8 +244,21 @@ def run_job(cfg: CompareConfig, job: RankJob, out_dir: str, ts: str,
         progress("write", 0, rep.rows, "rows", cfg.fmt)
     from msprobe.core.progress import counting_rows
 
+    paired = advisor and not job.out_sub    # (graph/pynative layout: the CLI writes the advisor files)
     with counting_rows((lambda done: progress("write", done, rep.rows, "rows", cfg.fmt)) if progress else None):
-        written = write_report(rep, path, cfg.fmt)
+        written = write_report(rep, path, cfg.fmt, defer=paired)
+    advice, advisor_path = None, ""
+    if paired:
+        from msprobe.core.advisor.advisor import advise, write_advice
+        from msprobe.core.fileio import commit_together
+
+        try:
+            advice = advise(rep, label=job.label)
+            pending = write_advice(advice, out_dir, job.label, defer=True)
+        except BaseException:
+            written.discard()
+            raise
+        advisor_path, written = commit_together([pending, written])
     if rep.layer_rows is not None:
         from msprobe.core.compare.mapping import write_data_mapping
 
@@ -250,7 +268,7 @@ def run_job(cfg: CompareConfig, job: RankJob, out_dir: str, ts: str,
     if progress:
         progress("write", rep.rows, rep.rows, "rows", os.path.basename(written))
     return RankResult(job.label, written, rep, time.perf_counter() - start, job.target_json, job.golden_json,
-                      job.out_sub)
+                      job.out_sub, advice, advisor_path)
 
 
 def job_label(job: RankJob) -> Optional[str]:
@@ -267,10 +285,11 @@ def _end(bar, ok: bool) -> None:
         end()
 
 
-def run_compare(cfg: CompareConfig, progress_factory=None) -> List[RankResult]:
+def run_compare(cfg: CompareConfig, progress_factory=None, advisor: bool = False) -> List[RankResult]:
     """Plan, run every rank (in parallel processes when there are several), write the reports.
 
     ``progress_factory(label)`` gives each rank's progress callable (msprobe.core.progress.Progress.job).
+    ``advisor``: each report is named together with its advisor file (see :func:`run_job`).
     Anything going wrong, Ctrl-C included, stops the rank workers at once and leaves no report behind."""
     jobs = plan(cfg)
     out_dir = ensure_output_dir(cfg.output_dir)
@@ -284,31 +303,33 @@ def run_compare(cfg: CompareConfig, progress_factory=None) -> List[RankResult]:
     try:
         if len(jobs) == 1 or workers <= 1:
             for i, job in enumerate(jobs):
-                results.append(run_job(cfg, job, out_dir, ts, progress=bars.get(i)))
+                results.append(run_job(cfg, job, out_dir, ts, progress=bars.get(i), advisor=advisor))
                 _end(bars.get(i), True)
             return results
-        return _run_parallel(cfg, jobs, out_dir, ts, workers, bars, results)
+        return _run_parallel(cfg, jobs, out_dir, ts, workers, bars, results, advisor)
     except BaseException:
         for bar in bars.values():
             if not getattr(bar, "finished", False):
                 _end(bar, False)
         # a failed run leaves no reports behind: remove what the ranks that succeeded wrote
         for res in results:
-            try:
-                os.unlink(res.path)
-            except OSError:
-                pass
+            for p in (res.path, res.advisor_path):
+                try:
+                    if p:
+                        os.unlink(p)
+                except OSError:
+                    pass
         raise
 
 
-def _run_parallel(cfg, jobs, out_dir, ts, workers, bars, results):
+def _run_parallel(cfg, jobs, out_dir, ts, workers, bars, results, advisor=False):
     """Ranks in worker processes (msprobe.core.procpool): their progress comes back as events; Ctrl-C or a
     failing rank terminates the others at once, and their temporary and finished files are removed."""
     from msprobe.core.procpool import run_tasks
 
     def task(job, emit):
         return run_job(cfg, job, out_dir, ts, progress=lambda stage, done=0, total=None, unit=None, detail=None:
-                       emit(stage, done, total, unit, detail))
+                       emit(stage, done, total, unit, detail), advisor=advisor)
 
     def on_event(i, *args):
         bar = bars.get(i)
