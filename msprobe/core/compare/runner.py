@@ -253,12 +253,18 @@ def run_job(cfg: CompareConfig, job: RankJob, out_dir: str, ts: str,
         from msprobe.core.fileio import commit_together
 
         try:
-            advice = advise(rep, label=job.label)
-            pending = write_advice(advice, out_dir, job.label, defer=True)
+            try:
+                advice = advise(rep, label=job.label)
+            except Exception:  # noqa: BLE001 - an advisor bug must not cost the report: the CLI runs the
+                advice = None  # advisor again after the reports and reports the error there
+            pending = write_advice(advice, out_dir, job.label, defer=True) if advice is not None else None
         except BaseException:
             written.discard()
             raise
-        advisor_path, written = commit_together([pending, written])
+        if pending is None:
+            written = written.commit()
+        else:
+            advisor_path, written = commit_together([pending, written])
     if rep.layer_rows is not None:
         from msprobe.core.compare.mapping import write_data_mapping
 
