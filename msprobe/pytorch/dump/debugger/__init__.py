@@ -1,0 +1,1 @@
+"""Alias package of the reference's 26.x module path ``msprobe.pytorch.dump.debugger``."""
