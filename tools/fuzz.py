@@ -33,9 +33,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
-import io
 import json
-import math
 import multiprocessing as mp
 import os
 import random
