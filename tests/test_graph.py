@@ -119,7 +119,8 @@ def test_compare_summary_values_and_buckets(tmp_path):
     c2, d2, s2 = small_model(linear_out=0.25)  # the golden's block output is half of the target's
     t = write_dump(str(tmp_path / "t"), c, d, s)
     g = write_dump(str(tmp_path / "g"), c2, d2, s2)
-    res = run_graph(GraphConfig(target=t, golden=g, output=str(tmp_path / "out")))
+    # the reference's precision index and colours (msprobe's verdict colouring: tests/test_graph_verdict.py)
+    res = run_graph(GraphConfig(target=t, golden=g, output=str(tmp_path / "out"), reference_colours=True))
     assert len(res.outputs) == 1 and res.outputs[0].endswith(".vis")
     obj = json.load(open(res.outputs[0]))
     assert obj["task"] == "summary" and obj["MicroSteps"] == 1 and obj["OverflowCheck"] is False
@@ -157,7 +158,8 @@ def test_md5_mode_index_direction(tmp_path):
                         for x in it:
                             x.setdefault("md5", "12345678")
         write_dump(str(tmp_path / side), c, dd, s)
-    res = run_graph(GraphConfig(target=str(tmp_path / "t"), golden=str(tmp_path / "g"), output=str(tmp_path / "o"), db=True))
+    res = run_graph(GraphConfig(target=str(tmp_path / "t"), golden=str(tmp_path / "g"), output=str(tmp_path / "o"), db=True,
+                                reference_colours=True))
     a, task = read_db(res.outputs[0])
     assert task == "md5"
     assert a["NPU"]["Torch.sigmoid.0.forward"][4] == 0  # 0 = different in md5 mode

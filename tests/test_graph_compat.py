@@ -57,9 +57,17 @@ def written(tmp_path_factory):
         for kind in ("build", "compare"):
             out = str(base / case / kind)
             cfg = os.path.join(inputs, f"graph_{kind}_rank.json")
-            _run(case_dir, ["-f", "pytorch", "graph", "-i", cfg, "-q"], out)
-            _run(case_dir, ["graph"] + _paths(cfg) + ["--db", "-q"], out)
+            # the reference's colouring, to compare precision indexes (msprobe's verdict colouring, the
+            # default, goes to the plugin through the extra cases below and tests/test_graph_verdict.py)
+            _run(case_dir, ["-f", "pytorch", "graph", "-i", cfg, "-q", "--reference-colours"], out)
+            _run(case_dir, ["graph"] + _paths(cfg) + ["--db", "-q", "--reference-colours"], out)
             done[case][kind] = out
+        # msprobe's verdict colouring (the default): same files but for the colours
+        out = str(base / case / "compare_verdict")
+        cfg = os.path.join(inputs, "graph_compare_rank.json")
+        _run(case_dir, ["-f", "pytorch", "graph", "-i", cfg, "-q"], out)
+        _run(case_dir, ["graph"] + _paths(cfg) + ["--db", "-q"], out)
+        done[case]["compare_verdict"] = out
     # fixture cases without reference graph outputs (26.x proc<pid> layout, MindSpore, torch_npu stub): the
     # plugin must read what we write for them too
     for case in ("mindspore_cpu_mix", "torch_npu_stubcann_cpu_mix"):
@@ -124,6 +132,41 @@ def test_vis_and_db_hold_the_same_graph(written, case):
     for rank, v in enumerate(vis):
         a, _ = read_vis(v)
         b, _ = read_db(db, rank=rank)
+        assert a == b
+
+
+@pytest.mark.parametrize("case", _cases())
+def test_verdict_colours_change_only_the_colours(written, case):
+    """The default (verdict) colouring writes the same graph as --reference-colours, keeps the reference's
+    precision index in the node data, and writes indexes inside the legend's green / middle / red buckets."""
+    from msprobe.core.graph.colors import RED, YELLOW, GREEN, bucket
+
+    _, done = written
+    ref_vis = sorted(glob.glob(os.path.join(done[case]["compare"], "*.vis")))
+    ver_vis = sorted(glob.glob(os.path.join(done[case]["compare_verdict"], "*.vis")))
+    assert len(ref_vis) == len(ver_vis) >= 1
+    for r, v in zip(ref_vis, ver_vis):
+        a, task = read_vis(v)
+        b, _ = read_vis(r)
+        for side in b:
+            assert a[side].keys() == b[side].keys()
+            for nid, (up, subs, nt, partner, _) in b[side].items():
+                assert a[side][nid][:4] == (up, subs, nt, partner), nid
+        with open(v, "rb") as f:
+            obj = json.load(f)
+        with open(r, "rb") as f:
+            ref_nodes = json.load(f)["NPU"]["node"]
+        assert set(obj["Colors"]) == {GREEN, YELLOW, RED, "#C7C7C7"}
+        for nid, node in obj["NPU"]["node"].items():
+            pi = node["data"].get("precision_index")
+            assert node["data"].get("reference precision_index") == ref_nodes[nid]["data"].get("precision_index"), nid
+            if pi is not None:
+                assert bucket(task, pi) in (GREEN, YELLOW, RED) and obj["Colors"][bucket(task, pi)]
+                assert node["data"]["msprobe verdict"].split(":")[0] in ("pass", "noise", "warn", "fail")
+    db_v = glob.glob(os.path.join(done[case]["compare_verdict"], "*.vis.db"))[0]
+    for rank, v in enumerate(ver_vis):
+        a, _ = read_vis(v)
+        b, _ = read_db(db_v, rank=rank)
         assert a == b
 
 

@@ -1,9 +1,10 @@
 """Build a hierarchical model graph from a dump, or compare two, for the TensorBoard plugin tb-graph-ascend.
 
 One dump (-tp) gives build_*.vis; two dumps (-tp and -gp) give compare_*.vis with every matched node
-coloured by its precision index.  Inputs may be a rank dir (construct.json, dump.json, stack.json), a step
-dir of rank dirs, or a dump dir of step dirs: one graph per step and rank, built in parallel.  --db writes
-one SQLite .vis.db holding every graph instead (for graphs too big for JSON; tb-graph-ascend >= 8.2).
+coloured by msprobe's verdict (--reference-colours: by the reference's precision index).  Inputs may be a
+rank dir (construct.json, dump.json, stack.json), a step dir of rank dirs, or a dump dir of step dirs: one
+graph per step and rank, built in parallel.  --db writes one SQLite .vis.db holding every graph instead (for
+graphs too big for JSON; tb-graph-ascend >= 8.2).
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     v = p.add_argument_group("view")
     v.add_argument("-oc", "--overflow_check", action="store_true", help="mark overflow levels (medium / high / critical) on nodes")
     v.add_argument("-cs", "--complete_stack", action="store_true", help="keep complete stacks (default: the one caller line)")
+    v.add_argument("--reference-colours", "--reference-colors", dest="reference_colours", action="store_true",
+                   help="compare: colour nodes by the reference's precision index (statistics: largest relative "
+                        "error of the outputs) instead of msprobe's verdict (red: the node introduces a difference "
+                        "beyond its dtype's rounding; yellow: inherited; see docs/graph.md)")
     x = p.add_argument_group("execution")
     x.add_argument("-j", "--jobs", type=int, default=0,
                    help="parallel workers for steps/ranks (default: one per core); -j 1: no helper processes at all; "
@@ -129,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
         target=target, golden=golden or None, output=args.output_path or "./output", layer_mapping=args.layer_mapping,
         overflow_check=args.overflow_check, fuzzy=args.fuzzy_match, complete_stack=args.complete_stack,
         db=args.db, jobs=args.jobs, framework=getattr(args, "framework", None),
+        reference_colours=getattr(args, "reference_colours", False),
     )
     # stages read, match, write per graph: one INFO line each, a live display on a terminal (msprobe.core.progress)
     from msprobe.core.progress import Progress, display_wanted

@@ -410,6 +410,7 @@ def _build(dump_dir, construct, micro, micro_num, dump_path, stack_path, splitte
     g.framework = str(dump.get("framework") or "pytorch")
     g.dump_dir = dump_dir
     g.data = data
+    g.dump_order = list(data)
     g.data_keys = frozenset(data) | (splitter.names if splitter is not None and splitter.mode == "half" else frozenset())
     g.has_md5 = splitter.has_md5 if splitter is not None and splitter.items else has_md5(data)
     g.split = splitter
@@ -747,7 +748,11 @@ class SplitFormatter:
         names = [entry_name(raw, offsets[i]) for i in range(first, n)]
         if None in names:
             return None
-        fd, out_path = tempfile.mkstemp(prefix="msprobe-split-", suffix=".bin")
+        from msprobe.core.fileio import TEMP_PREFIX, clean_stale_temps, temp_tag
+
+        tmpdir = tempfile.gettempdir()
+        clean_stale_temps(tmpdir)   # what a killed graph left there (named with its pid, see fileio)
+        fd, out_path = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{temp_tag()}-split-", suffix=".bin", dir=tmpdir)
         os.close(fd)
         items = items and mode == "all"
         proc = mp.get_context("fork").Process(target=_format_range,

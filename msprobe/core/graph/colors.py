@@ -44,15 +44,43 @@ _TIPS = {
 }
 
 
+# msprobe's verdict colouring (the default; --reference-colours gives the legend above): the same colours
+# and value ranges, three of them used (docs/graph.md "Colours: msprobe's verdict")
+GREEN, YELLOW, RED = "#FFFCF3", "#FFDC7F", "#FF704D"
+VERDICT_DESCRIPTIONS = {
+    GREEN: "msprobe verdict pass/noise: equal, or the node's inputs and outputs differ no more than their dtypes' "
+           "rounding and the error received from earlier ops explain (the node's data holds the reference's "
+           "precision index too)",
+    YELLOW: "msprobe verdict warn: differs beyond rounding, but inherited from inputs that already differ after an "
+            "error entered earlier (or not attributable, or requires_grad differs)",
+    RED: "msprobe verdict fail: this node introduces a difference beyond its dtype's rounding (its inputs agree "
+         "and its outputs do not; or a non-tensor argument differs; or NaN/inf on the target only; or a "
+         "difference enters here from an unmatched op); see 'msprobe verdict' in its data and items",
+}
+_VERDICT_RANGES = {
+    "summary": {GREEN: [0, 0.2], YELLOW: [0.4, 0.6], RED: [0.8, 1]},
+    "all": {GREEN: [0, 0.05], YELLOW: [0.1, 0.15], RED: [0.2, 1]},
+    "md5": {GREEN: [1, 1], YELLOW: [0.4, 0.6], RED: [0, 0]},
+}
+VERDICT_TIP = ("msprobe verdict of this item (msprobe compare's rule set, docs/compare.md): warn or fail and the "
+               "reason; items without it pass or differ within rounding")
+
+
 def _description(mode: str, color: str) -> str:
     if mode == "md5":
         return MD5_SAME if color == "#FFFCF3" else MD5_DIFFERENT
     return SUMMARY_DESCRIPTION if mode == "summary" else REAL_DATA_DESCRIPTION
 
 
-def colors_for(mode: Optional[str]) -> Dict[str, dict]:
-    """The ``Colors`` legend of a compare in ``mode`` (unmatched grey always last)."""
+def colors_for(mode: Optional[str], verdict: bool = False) -> Dict[str, dict]:
+    """The ``Colors`` legend of a compare in ``mode`` (unmatched grey always last); ``verdict``: the legend
+    of msprobe's verdict colouring."""
     out: Dict[str, dict] = {}
+    if verdict and mode in _VERDICT_RANGES:
+        for color, rng in _VERDICT_RANGES[mode].items():
+            out[color] = {"value": rng, "description": VERDICT_DESCRIPTIONS[color]}
+        out[UNMATCHED_COLOR] = {"value": [], "description": NOT_MATCHED}
+        return out
     for color, ranges in _RANGES:
         if mode in ranges:
             out[color] = {"value": ranges[mode], "description": _description(mode, color)}
@@ -60,9 +88,12 @@ def colors_for(mode: Optional[str]) -> Dict[str, dict]:
     return out
 
 
-def tool_tip(mode: Optional[str]) -> str:
+def tool_tip(mode: Optional[str], verdict: bool = False) -> str:
     """``ToolTip``: a JSON text (not an object), ASCII-escaped like the reference's."""
-    return json.dumps(_TIPS.get(mode or "", {}))
+    tips = _TIPS.get(mode or "", {})
+    if verdict and mode in _VERDICT_RANGES:
+        tips = dict(tips, **{"msprobe verdict": VERDICT_TIP})
+    return json.dumps(tips)
 
 
 def bucket(mode: str, value) -> Optional[str]:

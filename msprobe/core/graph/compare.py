@@ -30,11 +30,9 @@ import numpy as np
 
 from msprobe.core.errors import MsprobeError
 from msprobe.core.graph.build import md5_of
-from msprobe.core.graph.model import TYPE_API, TYPE_COLLECTION, Graph, Node
-
-MODE_SUMMARY = "summary"
-MODE_MD5 = "md5"
-MODE_TENSOR = "all"  # the .vis "task" value for real-data compares
+from msprobe.core.graph.model import (  # noqa: F401  (MODE_*, Text: re-exported, callers import them from here)
+    MODE_MD5, MODE_SUMMARY, MODE_TENSOR, TYPE_API, TYPE_COLLECTION, Graph, Node, Text,
+)
 
 SUMMARY_KEYS = ("Max diff", "Min diff", "Mean diff", "L2norm diff",
                 "MaxRelativeErr", "MinRelativeErr", "MeanRelativeErr", "NormRelativeErr")
@@ -216,12 +214,6 @@ def _invalid(v) -> bool:
     return v.__class__ is float and (math.isnan(v) or math.isinf(v))
 
 
-class Text(str):
-    """A value already in its final display form (the writers pass it through unchanged)."""
-
-    __slots__ = ()
-
-
 _TRUE, _FALSE, _NA, _NAN = Text("True"), Text("False"), Text("N/A"), Text("Nan")
 
 
@@ -386,9 +378,12 @@ def _ignored(node_id: str) -> bool:
 
 def compare_graphs(
     g_n: Graph, g_b: Graph, mode: str, *, fuzzy: bool = False, mapping: Optional[Dict[str, str]] = None,
-    loader: Optional[Callable] = None, jobs: int = 0,
+    loader: Optional[Callable] = None, jobs: int = 0, reference_colours: bool = False,
 ) -> int:
-    """Match the two graphs and fill compare fields and precision indexes; returns the matched count."""
+    """Match the two graphs and fill compare fields and precision indexes; returns the matched count.
+
+    The reference's precision index is computed first; unless ``reference_colours``, msprobe's verdict then
+    decides the colour (:mod:`msprobe.core.graph.verdict`), the reference's index staying in the node data."""
     if mapping is not None:
         pairs = match_mapping(g_n, g_b, mapping)
     elif fuzzy:
@@ -424,6 +419,11 @@ def compare_graphs(
             else:
                 v = max([s.data.get("precision_index", 0) for s in c.subnodes] + [0])
             c.data["precision_index"] = v
+    if not reference_colours:
+        from msprobe.core.graph.verdict import apply_verdict
+
+        partner = {id(it): bt for it, bt in item_pairs if bt is not None}
+        apply_verdict(g_n, partner, mode, [n for n, _ in pairs], equal_of=lambda a, b: md5_of(a) == md5_of(b))
     return len(pairs)
 
 

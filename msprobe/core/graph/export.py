@@ -17,8 +17,7 @@ from typing import Dict, List, Optional, Tuple
 import orjson
 
 from msprobe.core.graph.colors import colors_for, tool_tip
-from msprobe.core.graph.compare import MODE_MD5, Text
-from msprobe.core.graph.model import ROOT_ID, Graph, Node
+from msprobe.core.graph.model import MODE_MD5, ROOT_ID, Graph, Node, Text
 
 _SCI = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)$")
 _DECIMAL = re.compile(r"^\d{1,20}\.(\d{1,20})%?$")
@@ -316,7 +315,7 @@ def _parallel(tasks: list, fn, workers: int) -> list:
 
 
 def write_vis(path: str, g_n: Graph, g_b: Optional[Graph], *, mode: Optional[str], micro_steps: int,
-              overflow_check: bool, workers: int = 1) -> None:
+              overflow_check: bool, workers: int = 1, verdict_colours: bool = False) -> None:
     """Write one .vis (build when g_b is None, else compare) to ``path`` (a temp name; caller renames).
 
     Nodes are formatted in ``workers`` forked processes, each writing a slice of the node table to a side
@@ -359,8 +358,8 @@ def write_vis(path: str, g_n: Graph, g_b: Optional[Graph], *, mode: Optional[str
             graph("NPU", g_n)
             w(b', "Bench": ')
             graph("Bench", g_b)
-            w(b', "ToolTip": ' + orjson.dumps(tool_tip(mode)))
-            w(b', "Colors": ' + orjson.dumps(colors_for(mode)))
+            w(b', "ToolTip": ' + orjson.dumps(tool_tip(mode, verdict_colours)))
+            w(b', "Colors": ' + orjson.dumps(colors_for(mode, verdict_colours)))
             if micro_steps:
                 w(b', "MicroSteps": ' + orjson.dumps(micro_steps))
             w(b', "task": ' + orjson.dumps(mode))
@@ -533,7 +532,7 @@ class DbWriter:
             self.con.executemany(f"INSERT INTO tb_nodes VALUES ({', '.join('?' * len(NODE_COLUMNS))})", rows)
 
     def close(self, *, compare: bool, mode: Optional[str], micro_steps: int, overflow_check: bool,
-              ranks: List[int], steps: List[int]) -> None:
+              ranks: List[int], steps: List[int], verdict_colours: bool = False) -> None:
         cur = self.con.cursor()
         # index builds sort the whole table: give them memory instead of temporary files.  No syncing: the
         # file is under a temporary name until it is complete.
@@ -544,8 +543,8 @@ class DbWriter:
             cur.execute(f"CREATE INDEX {name} ON tb_nodes ({', '.join(cols)})")
         cur.execute(
             "INSERT INTO tb_config VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            ("1", "compare" if compare else "build", mode or "", tool_tip(mode) if compare else "null",
-             micro_steps, int(overflow_check), json.dumps(colors_for(mode)) if compare else "null",
+            ("1", "compare" if compare else "build", mode or "", tool_tip(mode, verdict_colours) if compare else "null",
+             micro_steps, int(overflow_check), json.dumps(colors_for(mode, verdict_colours)) if compare else "null",
              json.dumps(sorted(set(ranks))), json.dumps(sorted(set(steps)))),
         )
         self.con.commit()

@@ -24,6 +24,18 @@ _API_RE = re.compile(
 )
 
 
+# compare modes (the .vis "task" value); here so that the writer needs no import of the compare module
+MODE_SUMMARY = "summary"
+MODE_MD5 = "md5"
+MODE_TENSOR = "all"  # real-data compares
+
+
+class Text(str):
+    """A value already in its final display form (the writers pass it through unchanged)."""
+
+    __slots__ = ()
+
+
 def node_type_of(node_id: str) -> int:
     """0 for modules (and anything unknown, as G8 does), 1 for APIs."""
     if _API_RE.match(node_id) is not None:
@@ -95,6 +107,7 @@ class Graph:
         self.data: dict = {}  # dump.json "data" (dropped once the overflow check / layer mapping used it)
         self.split = None  # build.SplitFormatter while a child process formats part of the items
         self.data_keys: frozenset = frozenset()  # its entry names
+        self.dump_order: List[str] = []  # its entry names in dump.json order (the compare report's row order)
         self.has_md5 = False
 
     def get(self, node_id: str) -> Optional[Node]:

@@ -50,6 +50,8 @@ class GraphConfig:
     db: bool = False
     jobs: int = 0
     framework: Optional[str] = None
+    # colour compare nodes by the reference's precision index instead of msprobe's verdict (docs/graph.md)
+    reference_colours: bool = False
 
 
 @dataclass
@@ -210,7 +212,8 @@ def _run_unit(cfg: GraphConfig, unit: Unit, workdir: str, graphs: List[Graph], t
         g_n.data = g_b.data = {}
         tick("match", 0, len(g_n), "nodes", mode)
         matched = gcompare.compare_graphs(g_n, g_b, mode, fuzzy=cfg.fuzzy, mapping=mapping,
-                                          jobs=1 if mp.current_process().name != "MainProcess" else cfg.jobs)
+                                          jobs=1 if mp.current_process().name != "MainProcess" else cfg.jobs,
+                                          reference_colours=cfg.reference_colours)
         tick("match", len(g_n), len(g_n), "nodes", f"{matched:,} matched pairs, {mode}")
     if g_n.split is not None and g_b is None:
         # a graph that is only built: nothing changes its items any more, so format this process's share
@@ -261,7 +264,8 @@ def _run_unit(cfg: GraphConfig, unit: Unit, workdir: str, graphs: List[Graph], t
     else:
         fd, part = tempfile.mkstemp(prefix="part-", suffix=".vis", dir=workdir)
         os.close(fd)
-        export.write_vis(part, g_n, g_b, mode=mode, micro_steps=micro, overflow_check=cfg.overflow_check, workers=writers)
+        export.write_vis(part, g_n, g_b, mode=mode, micro_steps=micro, overflow_check=cfg.overflow_check, workers=writers,
+                         verdict_colours=not cfg.reference_colours)
     for g in (g_n, g_b):
         if g is not None and g.split is not None:
             g.split.close()
@@ -493,6 +497,7 @@ def _finish_db(cfg, results: List[UnitResult], patches, out_dir: str, kind: str,
         w = export.DbWriter.reopen(tmp)
         mode = next((r.mode for r in results if r.mode), None)
         w.close(compare=cfg.golden is not None, mode=mode, micro_steps=max(r.micro_steps for r in results),
-                overflow_check=cfg.overflow_check, ranks=[r.unit.rank for r in results], steps=[r.unit.step for r in results])
+                overflow_check=cfg.overflow_check, ranks=[r.unit.rank for r in results], steps=[r.unit.step for r in results],
+                verdict_colours=not cfg.reference_colours)
 
     return atomic_write(final, write)

@@ -1,0 +1,186 @@
+"""Node colours of a graph compare from msprobe's verdict (docs/graph.md, "Colours: msprobe's verdict").
+
+The graph's matched item pairs become the same columns ``msprobe compare`` judges (one row per item of
+every target node that is a dump entry, in dump.json order, unmatched nodes and items included), and
+:func:`msprobe.core.compare.verdict.judge` gives one verdict per row: no second copy of the rules.  A node
+takes the worst verdict of its own rows; the plugin's legend keeps its value ranges, and the node's
+``precision_index`` is set inside the bucket of its verdict:
+
+* fail -> the red bucket, warn -> the middle (yellow) bucket, pass / noise -> the green bucket;
+* ``data["reference precision_index"]`` keeps the reference's index (``.vis`` only: the ``.vis.db`` node
+  table has no free-form data column), ``data["msprobe verdict"]`` the verdict and the reason of the
+  node's worst row, and each compared item its own ``msprobe verdict`` (shown in the detail panel of both
+  formats).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+from msprobe.core.compare import verdict as vd
+from msprobe.core.graph.model import MODE_MD5, MODE_TENSOR, TYPE_COLLECTION, Graph, Node
+
+VERDICT_KEY = "msprobe verdict"
+REFERENCE_KEY = "reference precision_index"
+
+# the precision_index written for a node of each verdict, per mode (inside the legend's buckets:
+# summary [0, 0.2) [0.4, 0.6) [0.8, 1]; tensor [0, 0.05) [0.1, 0.15) [0.2, 1]; md5 1 / [0.4, 0.6) / 0)
+_VALUE = {
+    "summary": {vd.FAIL: 1, vd.WARN: 0.5, vd.NOISE: 0, vd.PASS: 0},
+    MODE_TENSOR: {vd.FAIL: 1, vd.WARN: 0.125, vd.NOISE: 0, vd.PASS: 0},
+    MODE_MD5: {vd.FAIL: 0, vd.WARN: 0.5, vd.NOISE: 1, vd.PASS: 1},
+}
+
+_STAT_KEYS = ("Max", "Min", "Mean", "Norm")
+
+
+def _state(name: str, node_id: str, pg: bool) -> str:
+    if pg:
+        return "parameters_grad"
+    rest = name[len(node_id):] if name.startswith(node_id) else name
+    if rest.startswith(".output"):
+        return "output"
+    if rest.startswith(".parameters"):
+        return "parameters"
+    if ".output." in name and ".input." not in name:  # tensor dumps: names come from the data files
+        return "output"
+    return "input"
+
+
+def _stats(items: List[dict]) -> Tuple[np.ndarray, np.ndarray]:
+    """(4, n) Max/Min/Mean/Norm and their is-a-number masks ('True'/'False' of bool tensors as 1/0)."""
+    n = len(items)
+    vals = np.full((4, n), np.nan)
+    ok = np.zeros((4, n), dtype=bool)
+    for k, key in enumerate(_STAT_KEYS):
+        col = [it.get(key) for it in items]
+        num = [v if (v.__class__ is float or v.__class__ is int) else
+               (1.0 if v == "True" else 0.0 if v == "False" else None) for v in col]
+        good = np.array([v is not None for v in num], dtype=bool)
+        vals[k] = np.array(num, dtype=np.float64)  # None -> NaN
+        ok[k] = good
+    return vals, ok
+
+
+def judge_graph(g_n: Graph, pairs: Dict[int, Optional[dict]], mode: str, equal_of=None):
+    """(nodes, items, Judgement): one row per item of every target node that is a dump entry, in dump
+    order; ``pairs`` maps id(target item) -> golden item (missing: unmatched)."""
+    from msprobe.core.dump.reader import NO_VALUE
+
+    nodes: List[Node] = []
+    seen = set()
+    order = list(g_n.dump_order) + [k for k in g_n.nodes if k not in g_n.data_keys]
+    for key in order:
+        n = g_n.nodes.get(key)
+        if n is None or id(n) in seen or n.type == TYPE_COLLECTION or n is g_n.root:
+            continue
+        if not n.input_data and not n.output_data:
+            continue
+        seen.add(id(n))
+        nodes.append(n)
+    names: List[str] = []
+    api: List[str] = []
+    state: List[str] = []
+    t_items: List[dict] = []
+    g_items: List[dict] = []
+    owner: List[int] = []
+    empty: dict = {}
+    for k, n in enumerate(nodes):
+        pg = n.id.endswith(".parameters_grad")
+        for data in (n.input_data, n.output_data):
+            for name, it in data.items():
+                names.append(name)
+                api.append(n.id)
+                state.append(_state(name, n.id, pg))
+                t_items.append(it)
+                bt = pairs.get(id(it))
+                g_items.append(bt if bt is not None else empty)
+                owner.append(k)
+    m = len(names)
+    matched = np.array([pairs.get(id(it)) is not None for it in t_items], dtype=bool) if m else np.zeros(0, bool)
+    ts, tok = _stats(t_items)
+    gs, gok = _stats(g_items)
+
+    def value(it):
+        # as compare's reader: a tensor has statistics, anything else its recorded value (None when none)
+        return NO_VALUE if _is_tensor(it) else it.get("value")
+
+    rg_bad = np.array([bt is not empty and it.get("requires_grad") != bt.get("requires_grad")
+                       for it, bt in zip(t_items, g_items)], dtype=bool)
+    equal = None
+    if mode == MODE_MD5 and equal_of is not None:
+        equal = np.array([bt is not empty and equal_of(it, bt) for it, bt in zip(t_items, g_items)], dtype=bool)
+    facts = vd.Facts(
+        names=names, api=api, state=state, matched=matched, shape=[str(it.get("shape")) for it in t_items],
+        t_dtype=[str(it.get("dtype")) for it in t_items], g_dtype=[str(bt.get("dtype")) for bt in g_items],
+        t_stats=ts, g_stats=gs, t_ok=tok, g_ok=gok,
+        t_value=[value(it) for it in t_items], g_value=[value(bt) if bt is not empty else NO_VALUE for bt in g_items],
+        equal=equal, rg_bad=rg_bad,
+    )
+    return nodes, t_items, names, np.array(owner, dtype=np.int64), vd.judge(facts)
+
+
+def _is_tensor(it: dict) -> bool:
+    t = it.get("type")
+    return isinstance(t, str) and (t.endswith("Tensor") or t.endswith("Parameter"))
+
+
+def apply_verdict(g_n: Graph, pairs: Dict[int, Optional[dict]], mode: str, matched_nodes: List[Node],
+                  equal_of=None) -> dict:
+    """Colour the matched target nodes by verdict (see the module docstring); returns {verdict: nodes}."""
+    nodes, items, names, owner, j = judge_graph(g_n, pairs, mode, equal_of)
+    values = _VALUE[mode if mode in _VALUE else "summary"]
+    v = j.verdict
+    # worst row per node (NOT_COMPARED < PASS < NOISE < WARN < FAIL), first such row in dump order
+    worst = np.full(len(nodes), vd.NOT_COMPARED, dtype=np.int8)
+    if len(v):
+        np.maximum.at(worst, owner, v)
+    rows_of: Dict[int, int] = {}
+    for i in np.flatnonzero(v >= vd.WARN).tolist():
+        k = int(owner[i])
+        if v[i] == worst[k] and k not in rows_of:
+            rows_of[k] = i
+    for i in np.flatnonzero(v >= vd.WARN).tolist():  # each red/yellow item says why
+        items[i][VERDICT_KEY] = f"{vd.NAMES[int(v[i])]}: {j.why[i]}"
+    index_of = {id(n): k for k, n in enumerate(nodes)}
+    counts = {x: 0 for x in vd.NAMES}
+    for n in matched_nodes:
+        if n.type == TYPE_COLLECTION or n is g_n.root:
+            continue
+        ref = n.data.get("precision_index")
+        if ref is None:
+            continue
+        k = index_of.get(id(n))
+        w = int(worst[k]) if k is not None else vd.NOT_COMPARED
+        n.data[REFERENCE_KEY] = ref
+        if w == vd.NOT_COMPARED:
+            w = vd.PASS  # nothing of its own to compare (a module without records): neutral, as the reference
+        counts[w] += 1
+        n.data["precision_index"] = values[w]
+        if w >= vd.WARN and k in rows_of:
+            i = rows_of[k]
+            n.data[VERDICT_KEY] = f"{vd.NAMES[w]}: {j.why[i]} ({names[i]})"
+        else:
+            n.data[VERDICT_KEY] = vd.NAMES[w]
+        if mode == MODE_MD5:
+            # as compare's md5 Result: CRCs that differ within rounding are not a difference to chase
+            n.data["Result"] = ("pass" if w == vd.PASS or n.data["Result"] == "pass" else
+                                "Different (within noise)" if w == vd.NOISE else "Different")
+    for c in g_n.root.subnodes:
+        if c.type == TYPE_COLLECTION and "precision_index" in c.data:
+            ws = [s.data.get(VERDICT_KEY, "pass").split(":", 1)[0] for s in c.subnodes]
+            w = max([_by_name(x) for x in ws] + [vd.PASS])
+            c.data[REFERENCE_KEY] = c.data["precision_index"]
+            c.data["precision_index"] = values[w]
+            c.data[VERDICT_KEY] = vd.NAMES[w]
+    return counts
+
+
+def _by_name(text: str) -> int:
+    for k, name in vd.NAMES.items():
+        if name == text:
+            return k
+    return vd.PASS
+
