@@ -516,3 +516,16 @@ def test_merge_short_row_unsorted_columns(tmp_path, capsys, monkeypatch):
         body = b'<row r="2"><c r="A2" t="inlineStr"><is><t>x</t></is></c></row>'  # one cell only
         rows = r._batch([body], [0, len(head) - 1, 2])
     assert rows == [("x", None, None)]
+
+
+def test_pt_beyond_memory_refused_before_loading(tmp_path, monkeypatch):
+    """A .pt whose tensor needs more memory than is available is refused from its header."""
+    torch = pytest.importorskip("torch")
+    from msprobe.core.io.tensors import TensorReadError, load_pt
+
+    p = tmp_path / "x.pt"
+    torch.save(torch.zeros(1000, 1000), p)
+    monkeypatch.setenv("MSPROBE_MEMORY_LIMIT", "1000000")
+    with pytest.raises(TensorReadError, match="memory") as err:
+        load_pt(p)
+    assert str(p) in str(err.value) and "4000000 bytes" in str(err.value)
