@@ -529,3 +529,21 @@ def test_pt_beyond_memory_refused_before_loading(tmp_path, monkeypatch):
     with pytest.raises(TensorReadError, match="memory") as err:
         load_pt(p)
     assert str(p) in str(err.value) and "4000000 bytes" in str(err.value)
+
+
+def test_sigterm_blocked_across_fork():
+    """A worker stopped with SIGTERM while Python's after-fork hooks run printed 'Exception ignored ...
+    KeyboardInterrupt' (tools/fuzz.py): SIGTERM stays blocked until the child has reset its handler, and
+    is unblocked again in both processes."""
+    import signal
+
+    from msprobe.core.resources import process_guards
+
+    with process_guards():
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - child
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, set())
+            os._exit(0 if signal.SIGTERM not in mask and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL else 3)
+        _, status = os.waitpid(pid, 0)
+        assert os.WEXITSTATUS(status) == 0
+        assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, set())

@@ -60,6 +60,28 @@ PR_SET_PDEATHSIG = 1
 def _before_fork() -> None:
     _state["parent"] = os.getpid()
     _state["main_thread"] = threading.current_thread() is threading.main_thread()
+    # SIGTERM stays blocked across the fork until the child has reset its handler: a worker told to stop
+    # while Python's own after-fork hooks run (before ours) would otherwise raise KeyboardInterrupt there
+    # and print "Exception ignored ... Traceback" (found by tools/fuzz.py)
+    _state["blocked"] = False
+    if _state["active"]:
+        try:
+            _state["blocked"] = signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        except (AttributeError, ValueError, OSError):
+            pass
+
+
+def _unblock_term() -> None:
+    if _state.get("blocked"):
+        _state["blocked"] = False
+        try:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        except (AttributeError, ValueError, OSError):
+            pass
+
+
+def _after_fork_in_parent() -> None:
+    _unblock_term()
 
 
 def _after_fork_in_child() -> None:
@@ -70,6 +92,7 @@ def _after_fork_in_child() -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)   # a worker told to stop stops (no KeyboardInterrupt)
     except (ValueError, OSError):
         pass
+    _unblock_term()
     # PR_SET_PDEATHSIG fires when the *thread* that forked ends: only safe for forks from the main thread
     if _state["main_thread"]:
         _set_pdeathsig()
@@ -99,7 +122,8 @@ class process_guards:
 
     def __enter__(self):
         if not _state["registered"] and hasattr(os, "register_at_fork"):
-            os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
+            os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child,
+                                after_in_parent=_after_fork_in_parent)
             _state["registered"] = True
         self._was_active = _state["active"]
         _state["active"] = True
