@@ -36,7 +36,10 @@ CHECK_MODES = ("all", "aicore", "atomic")
 FRAMEWORKS = ("pytorch", "mindspore")
 
 COMMON_KEYS = ("task", "dump_path", "rank", "step", "level", "async_dump", "precision", "seed",
-               "is_deterministic", "enable_dataloader")
+               "is_deterministic", "enable_dataloader", "api_capture")
+# api_capture: "full" records every call msprobe sees (documented extras included); "reference" records
+# exactly what MindStudio Probe 8.x records, in its order (docs/dump.md "api_capture")
+API_CAPTURES = ("full", "reference")
 SECTION_NAMES = ("tensor", "statistics", "overflow_check", "run_ut", "grad_probe", "free_benchmark", "structure")
 TOP_LEVEL_KEYS = COMMON_KEYS + SECTION_NAMES
 TASK_KEYS = {
@@ -78,6 +81,7 @@ class DumpConfig:
     tensor_list: tuple = ()
     overflow_nums: int = 1    # -1 = unlimited
     framework: str = "pytorch"
+    api_capture: str = "full"           # full | reference
     source: str = ""          # the config file path, for messages
 
     # data_mode (spec 2.2): "all" is everything; if neither forward nor backward is named both are
@@ -433,6 +437,10 @@ def load_dump_config(config_path=None, *, task=None, dump_path=None, level=None,
     async_dump = _bool(file_where, "async_dump", data.get("async_dump", False))
     precision = _choice(file_where, "precision", data.get("precision", "low"), PRECISIONS)
     is_deterministic = _bool(file_where, "is_deterministic", data.get("is_deterministic", False))
+    api_capture = data.get("api_capture", "full")
+    if not isinstance(api_capture, str) or api_capture not in API_CAPTURES:
+        close = _did_you_mean(api_capture, API_CAPTURES) if isinstance(api_capture, str) else ""
+        raise file_where.fail("api_capture", api_capture, "allowed: " + ", ".join(API_CAPTURES) + close)
     seed = None
     if "seed" in data:
         seed = data["seed"]
@@ -495,6 +503,7 @@ def load_dump_config(config_path=None, *, task=None, dump_path=None, level=None,
         seed=seed,
         is_deterministic=is_deterministic,
         framework=framework,
+        api_capture=api_capture,
         source=path,
         **values,
     )

@@ -266,6 +266,142 @@ class _Mode(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+def _ref_first_tensor(out):
+    """The tensor whose node the reference hooks for an API's backward (see Hooks._ref_api_backward_hook)."""
+    v = out
+    for _ in range(50):
+        if isinstance(v, torch.Tensor):
+            return v
+        if isinstance(v, dict):
+            v = next((x for x in v.values() if isinstance(x, torch.Tensor)), None)
+            if v is None:
+                return None
+        elif isinstance(v, (list, tuple)) and v:
+            v = v[0]
+        else:
+            return None
+    return None
+
+
+def _ref_setup(setup, value):
+    """``setup`` (a BackwardHook's setup_input_hook / setup_output_hook) on every tensor in ``value``
+    that requires grad, nested ones included; ``value`` rebuilt with the returned tensors, or None when
+    there is none. The returned tensors are views of the originals: their creation meta is reset so that
+    an in-place op on them stays allowed, as on the originals."""
+    if not torch.is_grad_enabled():
+        return None
+    tensors = [t for t in iter_tensors(value) if t.requires_grad]
+    if not tensors:
+        return None
+    new = iter(setup(tuple(tensors)))
+    set_meta = getattr(torch._C._autograd, "_set_creation_meta", None)
+    default_meta = getattr(torch._C._autograd, "CreationMeta", None)
+
+    def rebuild(v, depth=0):
+        if isinstance(v, torch.Tensor):
+            if not v.requires_grad:
+                return v
+            r = next(new)
+            if r._base is not None and set_meta is not None and default_meta is not None:
+                try:
+                    set_meta(r, default_meta(0))
+                except Exception:
+                    pass
+            return r
+        if depth >= 50:
+            return v
+        if isinstance(v, list):
+            for i, x in enumerate(v):
+                v[i] = rebuild(x, depth + 1)
+            return v
+        if isinstance(v, dict):
+            for k in [k for k, x in v.items() if isinstance(x, (torch.Tensor, list, tuple, dict))]:
+                v[k] = rebuild(v[k], depth + 1)
+            return v
+        if isinstance(v, tuple):
+            items = [rebuild(x, depth + 1) for x in v]
+            return type(v)(*items) if hasattr(v, "_fields") else type(v)(items)
+        return v
+
+    return rebuild(value)
+
+
+class _RefTree:
+    """construct.json as the reference builds it (api_capture reference).
+
+    A module call (forward pre-hook) or module backward (its output gradients arrive) *enters*: its
+    parent is the top of one stack shared by forward and backward, or with an empty stack the last
+    open module whose name has the parent's form; it is pushed and becomes the parent of the APIs that
+    follow. Its end (forward hook, or its input gradients computed) *exits*: the stack's top is popped
+    (whichever it is) and the new top is the APIs' parent. Entries reach construct.json when the next
+    record is written, after that record's own entry (APIs at level mix only)."""
+
+    def __init__(self, col, level):
+        self.col = col
+        self.mix = level == "mix"
+        self.on = level in ("L0", "mix")
+        self.gen = None
+
+    def _fresh(self):
+        if self.gen != self.col.generation:
+            self.gen = self.col.generation
+            self.stack = []
+            self.open = {}          # insertion-ordered: modules entered and not yet exited
+            self.api_parent = None
+            self.pending = []       # (name, parent) not yet in construct.json
+
+    @staticmethod
+    def _parent_form(name):
+        return name.split(".")
+
+    def _find_last(self, name):
+        parts = name.split(".")
+        if len(parts) < 5:
+            return None
+        prefix = ".".join(parts[:-4])
+        if prefix in ("Module", "Cell"):
+            return None
+        for cand in reversed(self.open):
+            cparts = cand.split(".")
+            if len(cparts) < 5:
+                return None
+            if ".".join(cparts[:-3]) == prefix:
+                return cand
+        return None
+
+    def enter(self, name):
+        if not self.on:
+            return
+        self._fresh()
+        parent = self.stack[-1] if self.stack else self._find_last(name)
+        self.pending.append((name, parent))
+        self.open[name] = True
+        self.stack.append(name)
+        self.api_parent = name
+
+    def exit(self, name):
+        if not self.on:
+            return
+        self._fresh()
+        self.open.pop(name, None)
+        self.api_parent = None
+        if self.stack:
+            self.stack.pop()
+        if self.stack:
+            self.api_parent = self.stack[-1]
+
+    def sync(self, name, is_api):
+        if not self.on:
+            return
+        self._fresh()
+        construct = self.col.construct
+        if is_api and self.mix:
+            construct[name] = self.api_parent
+        for n, parent in self.pending:
+            construct[n] = parent
+        self.pending.clear()
+
+
 class Hooks:
     """Installs and removes the capture machinery; routes captured calls to the collector."""
 
@@ -295,6 +431,14 @@ class Hooks:
         # the reference's module hooks give that module's share, as here)
         self.identity_records = True
         self._work_classes = set()  # Work classes whose wait() is wrapped (async collectives)
+        # api_capture "reference": record what MindStudio Probe 8.x records, in its order (see _RefTree)
+        self.reference = getattr(service.cfg, "api_capture", "full") == "reference"
+        self.tree = None
+        if self.reference:
+            self.identity_records = False
+            self.tree = _RefTree(self.col, service.cfg.level)
+            self.col.mix_construct = False          # construct.json is kept by the tree instead
+            self.col.module_construct = False
 
     # ------------------------------------------------------------------ install
     def install_api_patches(self, npu_module=None):
@@ -309,6 +453,21 @@ class Hooks:
                                                                (staticmethod, classmethod, property)):
                 continue
             targets.append((torch.Tensor, n, f"Tensor.{n}", False))
+        if self.reference:
+            # torch.* / F.* / _VF.* as module attributes (no function mode): a call is recorded when it
+            # looks the name up at call time, under the name it was called by, as the reference records it
+            import torch.nn.functional as F
+            for n in lists["functional"]:
+                if callable(getattr(F, n, None)):
+                    targets.append((F, n, f"Functional.{n}", False))
+            for n in lists["_VF"]:
+                if callable(getattr(torch._VF, n, None)):
+                    targets.append((torch._VF, n, f"VF.{n}", False))
+            for n in lists["torch"]:
+                owner_path, _, attr = n.rpartition(".")
+                owner = _resolve(torch, owner_path) if owner_path else torch
+                if owner is not None and callable(getattr(owner, attr, None)):
+                    targets.append((owner, attr, f"Torch.{attr}", False))
         try:
             import torch.distributed as dist
             import torch.distributed.distributed_c10d as c10d
@@ -454,7 +613,7 @@ class Hooks:
             self._gc_threshold = gc.get_threshold()
             if self._gc_threshold[0] and self._gc_threshold[0] < 50000:
                 gc.set_threshold(50000, *self._gc_threshold[1:])
-        if self.api_level and not self._mode_pushed:
+        if self.api_level and not self._mode_pushed and not self.reference:
             torch._C._push_on_torch_function_stack(self.mode)
             self._mode_pushed = True
 
@@ -523,6 +682,8 @@ class Hooks:
                         col.api_outputs_later(fwd, rec, works, args, kwargs)
                     else:
                         col.api_outputs(fwd, rec, out, distributed, args, kwargs)
+                        if self.tree is not None:
+                            self.tree.sync(fwd, True)
                         if col.want_backward and not distributed:
                             self._api_backward_hook(name, n, out, args, kwargs, writes)
                     if col.terminated:
@@ -602,6 +763,8 @@ class Hooks:
         its last bits). In-place ops return their input with their own node: recorded as any op."""
         if not torch.is_grad_enabled():
             return
+        if self.reference:
+            return self._ref_api_backward_hook(f"{name}.{n}.backward", out)
         t = next(iter_tensors(out), None)
         if t is None or not t.requires_grad:
             return
@@ -677,7 +840,112 @@ class Hooks:
                 prefix = f"{prefix}.{type(mod).__name__}"
                 self._hook_module(mod, prefix)
 
+    def _ref_api_backward_hook(self, bname, out):
+        """api_capture reference: a post-hook on the node of the output's first tensor, found as the
+        reference finds it (first dict value that is a tensor, else element 0 of a list/tuple, down to a
+        tensor; none when element 0 is not a container or tensor). With the module hooks' identity nodes
+        in the graph (:meth:`_hook_module_ref`), that node is the one the reference hooks."""
+        t = _ref_first_tensor(out)
+        if t is None or not t.requires_grad or t.grad_fn is None:
+            return
+        col = self.col
+        tree = self.tree
+        errors = self.errors
+        gen = col.generation
+
+        def record(grad_inputs, grad_outputs):
+            col.api_backward(bname, grad_outputs, grad_inputs)
+            tree.sync(bname, True)
+
+        def post(grad_inputs, grad_outputs):
+            if col.generation == gen and not TLS.depth:
+                guarded(errors, bname, record, grad_inputs, grad_outputs)
+            return None
+
+        t.grad_fn.register_hook(post)
+
+    def _hook_module_ref(self, mod, prefix):
+        """api_capture reference: module backward through ``torch.utils.hooks.BackwardHook`` (the identity
+        nodes a full backward hook puts around the module's tensors, as the reference does), so that
+        autograd runs the nodes, and the records are written, in the reference's order. Unlike the
+        default mode this adds nodes to the graph (gradient values are unchanged: they are identities)."""
+        from torch.utils.hooks import BackwardHook
+        hooks = self
+        col = self.col
+        tree = self.tree
+        errors = self.errors
+        frames = []
+        params = [(n, p) for n, p in mod.named_parameters(recurse=False)]
+        grad_key = f"{prefix}.parameters_grad"
+
+        def bw_pre(bname, gen):
+            def hook(module, grad_output):
+                if col.generation == gen and not TLS.depth:
+                    guarded(errors, bname, tree.enter, bname)
+                return None
+            return hook
+
+        def bw_record(bname, grad_input, grad_output):
+            col.module_backward(bname, None, list(grad_output), list(grad_input))
+            tree.sync(bname, False)
+            tree.exit(bname)
+
+        def bw_hook(bname, gen):
+            def hook(module, grad_input, grad_output):
+                if col.generation == gen and not TLS.depth:
+                    guarded(errors, bname, bw_record, bname, grad_input, grad_output)
+                return None
+            return hook
+
+        def enter(args, kwargs):
+            name, n, _parent, expand, inputs = col.module_enter(prefix, args, kwargs)
+            tree.enter(name)
+            bw = None
+            new_args = None
+            if col.want_backward and torch.is_grad_enabled():
+                bname = f"{prefix}.backward.{n}"
+                bw = BackwardHook(mod, [bw_hook(bname, col.generation)], [bw_pre(bname, col.generation)])
+                new_args = _ref_setup(bw.setup_input_hook, args)
+            frames.append((name, expand, inputs, col.generation, bw))
+            return new_args
+
+        def leave(frame, output):
+            name, expand, inputs, _gen, bw = frame
+            col.module_exit(name, expand)
+            kept = col.module_forward(name, None, inputs, output, params)
+            if kept and params and col.want_backward and any(p.requires_grad for _, p in params):
+                col.param_grad_placeholder(grad_key, [pn for pn, p in params if p.requires_grad])
+            tree.sync(name, False)
+            tree.exit(name)
+            if bw is not None and torch.is_grad_enabled():
+                return _ref_setup(bw.setup_output_hook, output)
+            return None
+
+        def pre(module, args, kwargs):
+            if RT.on and not TLS.depth:
+                new_args = guarded(errors, prefix, enter, args, kwargs)
+                if new_args is not None:
+                    return new_args, kwargs
+            return None
+
+        def post(module, args, kwargs, output):
+            if frames:
+                frame = frames.pop()
+                if frame[3] == col.generation:
+                    new = guarded(errors, frame[0], leave, frame, output)
+                    if new is not None:
+                        return new
+            return None
+
+        self._module_handles.append(mod.register_forward_pre_hook(pre, with_kwargs=True))
+        self._module_handles.append(mod.register_forward_hook(post, with_kwargs=True, prepend=True))
+        for pn, p in params:
+            if p.requires_grad:
+                self._param_handles.append(p.register_hook(self._param_hook(grad_key, pn)))
+
     def _hook_module(self, mod, prefix):
+        if self.reference:
+            return self._hook_module_ref(mod, prefix)
         hooks = self
         col = self.col
         frames = []
