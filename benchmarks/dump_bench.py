@@ -62,10 +62,20 @@ RESULTS = ROOT / "benchmarks" / "dump_results.md"
 IMPL_LABEL = {"ours": "ours", "ref8": "8.3.3", "ref26": "26.2.0"}
 ALL_IMPLS = ["ours", "ref8", "ref26"]
 ALL_CONFIGS = ["off", "stat_L1", "mix", "md5_L1", "tensor_L1"]
-ALL_MODELS = ["d64", "d256"]
+ALL_MODELS = ["d64", "d256", "llama"]
+DEFAULT_MODELS = ["d256", "llama"]
 MODEL_DESC = {"d64": "TinyTransformer 4 blocks, d=64, heads 4, seq 8, batch 2",
-              "d256": "TinyTransformer 4 blocks, d=256, heads 4, seq 128, batch 2"}
-DEFAULT_STEPS = {"d64": 20, "d256": 5}
+              "d256": "TinyTransformer 4 blocks, d=256, heads 4, seq 128, batch 2",
+              "llama": "transformers LlamaForCausalLM (random init): hidden 512, 4 layers, 8 heads / 4 KV heads, "
+                       "intermediate 1408, vocab 8192, seq 512, batch 1, eager attention"}
+DEFAULT_STEPS = {"d64": 20, "d256": 5, "llama": 3}
+DEFAULT_WARMUP = {"d64": 3, "d256": 3, "llama": 2}
+# where the reference venvs are looked for when --ref8/--ref26 and MSPROBE_REF8/MSPROBE_REF26 are not given
+METRIC = "wall"   # set from --metric
+REF_CACHE = Path(os.environ.get("MSPROBE_REF_CACHE", str(Path.home() / ".cache" / "msprobe-ref")))
+REF_VENV = {"ref8": "venv833", "ref26": "venv2620"}
+# floor kind per config: the worker's floor of the same tensors with no tool (reductions; + CRC-32; + raw writes)
+FLOOR_KIND = {"stat_L1": "stat", "mix": "stat", "md5_L1": "md5", "tensor_L1": "tensor"}
 # goal per config: (kind, factor)  -- "added": ours added <= factor x faster ref's added; "none": ours <= factor x none
 GOALS = {"off": ("none", 1.05), "stat_L1": ("added", 1 / 3), "mix": ("added", 1 / 3), "md5_L1": ("added", 1 / 3),
          "tensor_L1": ("added", 1 / 2)}
@@ -216,7 +226,7 @@ def _dump_records(dump_path: str):
 
 
 def run_one(impl: Impl, config: str | None, model: str, steps: int, warmup: int, tmp_root: str,
-            timeout: float) -> dict:
+            timeout: float, floor: bool = False) -> dict:
     """Run the worker; returns {"ok": True, "median_ms", ...} or {"ok": False, "error": ...}."""
     if impl.error:
         return {"ok": False, "error": impl.error}
@@ -231,7 +241,9 @@ def run_one(impl: Impl, config: str | None, model: str, steps: int, warmup: int,
                 json.dump(make_config(config, dump_path), f, indent=2)
             cmd += ["--config", cfg_path]
             if config == "off":
-                cmd += ["--baseline"]   # same-process A/B: the off ratio is not blurred by process-to-process noise
+                cmd += ["--baseline"]
+            if floor:
+                cmd += ["--floor"]   # same-process A/B: the off ratio is not blurred by process-to-process noise
         out_f, err_f = os.path.join(tmp, "stdout.log"), os.path.join(tmp, "stderr.log")
         t0 = time.monotonic()
         try:
@@ -293,8 +305,8 @@ def model_table(model: str, configs: list, impls: list, res: dict) -> tuple:
     """Markdown lines of one model's table and the list of (goal, ok or None)."""
     none_ms = none_median(res, model)
     lines = ["| config | none | " + " | ".join(i.label for i in impls) +
-             " | ours added ms | faster-ref added ms | ratio | goal | result |",
-             "|---|---:|" + "---:|" * len(impls) + "---:|---:|---:|---|---|"]
+             " | floor ms | ours added ms | faster-ref added ms | ours added / floor | ratio | goal | result |",
+             "|---|---:|" + "---:|" * len(impls) + "---:|---:|---:|---:|---:|---|---|"]
     verdicts = []
     for c in configs:
         cells = [_cell(res.get((model, c, i.key)), i) for i in impls]
@@ -318,12 +330,26 @@ def model_table(model: str, configs: list, impls: list, res: dict) -> tuple:
             ratio = ours_add / fast[0]
             ok = ratio <= factor
         verdict = "n/a" if ok is None else ("PASS" if ok else "FAIL")
+        floor_ms = floor_of(res, model, c)
+        floor_s = _ms(floor_ms) if floor_ms is not None else "-"
+        mult = f"{ours_add / floor_ms:.1f}x" if floor_ms and ours_add is not None else "-"
         ratio_s = "-" if ratio is None else (f"{ratio:.3f}x none" if kind == "none" else f"{ratio:.2f}x")
         lines.append(f"| {c} | {_ms(none_ms)} | " + " | ".join(cells) +
-                     f" | {_ms(ours_add)} | {(_ms(fast[0]) + ' (' + fast[1] + ')') if fast else 'n/a'} | {ratio_s} |"
-                     f" {GOAL_TEXT[c]} | {verdict} |")
+                     f" | {floor_s} | {_ms(ours_add)} | {(_ms(fast[0]) + ' (' + fast[1] + ')') if fast else 'n/a'} | {ratio_s} |"
+                     f" {GOAL_TEXT[c]} | {verdict} |".replace(f" | {ratio_s} |", f" | {mult} | {ratio_s} |", 1))
         verdicts.append((f"{model} {c}", ok))
     return lines, verdicts
+
+
+def floor_of(res: dict, model: str, config: str, metric: str | None = None):
+    """The floor (ms) of ``config``'s kind, measured by our worker on the tensors one dumped step measured."""
+    kind = FLOOR_KIND.get(config)
+    r = res.get((model, config, "ours"))
+    fl = (r or {}).get("floor_best") if r and r.get("ok") else None
+    if not kind or not fl:
+        return None
+    key = f"{kind}_ms" if (metric or METRIC) == "wall" else f"{kind}_cpu_ms"
+    return fl.get(key)
 
 
 def detail_table(models, configs, impls, res) -> list:
@@ -350,17 +376,20 @@ def detail_table(models, configs, impls, res) -> list:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", default=",".join(ALL_MODELS), help="d64,d256")
+    ap.add_argument("--models", default=",".join(DEFAULT_MODELS), help="d64,d256,llama (default d256,llama)")
     ap.add_argument("--impls", default=",".join(ALL_IMPLS), help="ours,ref8,ref26")
     ap.add_argument("--configs", default=",".join(ALL_CONFIGS), help=",".join(ALL_CONFIGS) + " (none always runs)")
     ap.add_argument("--steps", type=int, default=None, help="timed steps (default 20 for d64, 5 for d256)")
-    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=None, help="untimed steps (default 3, llama 2)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="fresh runs per (implementation, config, model); the lowest median is kept")
     ap.add_argument("--metric", choices=["wall", "cpu"], default="wall",
                     help="what the tables and goals use: wall-clock median (default) or process-CPU median per step")
-    ap.add_argument("--ref8", default=os.environ.get("MSPROBE_REF8", "/work/ref8"), help="8.3.3 venv")
-    ap.add_argument("--ref26", default=os.environ.get("MSPROBE_REF26", "/work/ref26"), help="26.2.0 venv")
+    ap.add_argument("--ref8", default=os.environ.get("MSPROBE_REF8", str(REF_CACHE / REF_VENV["ref8"])),
+                    help="8.3.3 venv (default $MSPROBE_REF8, else $MSPROBE_REF_CACHE/venv833, cache default "
+                         "~/.cache/msprobe-ref)")
+    ap.add_argument("--ref26", default=os.environ.get("MSPROBE_REF26", str(REF_CACHE / REF_VENV["ref26"])),
+                    help="26.2.0 venv (default $MSPROBE_REF26, else $MSPROBE_REF_CACHE/venv2620)")
     ap.add_argument("--tmp-dir", default=None, help="where the per-run temp dirs go (default: system temp)")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per run")
     ap.add_argument("--no-write", action="store_true", help="do not write benchmarks/dump_results.md")
@@ -389,27 +418,35 @@ def main(argv=None) -> int:
     none_impl = make_impl("ours", refs)  # no debugger: just our venv's python and torch
     none_impl.key = "none"
 
+    global METRIC
+    METRIC = a.metric
     res = {}
     for m in models:
         steps = a.steps or DEFAULT_STEPS[m]
+        warmup = a.warmup if a.warmup is not None else DEFAULT_WARMUP[m]
         # Round-robin: every (config, implementation) and the no-debugger baseline run once per round, and
         # the lowest median over the rounds is kept. Interleaving matters on a shared VM, whose speed drifts
         # by tens of percent over minutes: consecutive blocks would compare different machine states.
         plan = [("none", "none")] + [(c, i.key) for c in configs for i in impls]
         by_key = {i.key: i for i in impls}
-        best, medians, failed = {}, {}, {}
+        best, medians, failed, floor_best = {}, {}, {}, {}
         for _round in range(max(1, a.repeat)):
             for c, key in plan:
                 if (c, key) in failed:
                     continue
                 impl = none_impl if c == "none" else by_key[key]
-                ri = run_one(impl, None if c == "none" else c, m, steps, a.warmup, tmp_root, a.timeout)
+                ri = run_one(impl, None if c == "none" else c, m, steps, warmup, tmp_root, a.timeout,
+                             floor=key == "ours" and c in FLOOR_KIND)
                 if not ri["ok"]:
                     failed[(c, key)] = ri
                     res[(m, c, key)] = ri
                     print(f"[dump_bench] {m} {c:9s} {key:8s} n/a ({ri['error']})", file=sys.stderr, flush=True)
                     continue
                 ri["value_ms"] = ri["median_ms"] if a.metric == "wall" else ri["cpu_median_ms"]
+                if ri.get("floor"):   # the floor's minimum over the rounds, per quantity
+                    prev = (best.get((c, key)) or {}).get("floor_best") or floor_best.get((c, key)) or {}
+                    fb = {k: min(v, prev.get(k, v)) if isinstance(v, float) else v for k, v in ri["floor"].items()}
+                    floor_best[(c, key)] = fb
                 medians.setdefault((c, key), []).append(ri["value_ms"])
                 if (c, key) not in best or ri["value_ms"] < best[(c, key)]["value_ms"]:
                     best[(c, key)] = ri
@@ -420,6 +457,7 @@ def main(argv=None) -> int:
                       file=sys.stderr, flush=True)
         for (c, key), r in best.items():
             r["repeat_medians"] = medians[(c, key)]
+            r["floor_best"] = floor_best.get((c, key))
             res[(m, c, key)] = r
 
     # ---- report
@@ -428,7 +466,9 @@ def main(argv=None) -> int:
            f"Date: {started.strftime('%Y-%m-%d %H:%M UTC')}  ",
            f"Machine: {machine}  ",
            f"Command: `{command.strip()}`  ",
-           f"torch.set_num_threads(1); warm-up {a.warmup} steps, then the median of "
+           "torch.set_num_threads(1); warm-up " + ", ".join(
+               f"{a.warmup if a.warmup is not None else DEFAULT_WARMUP[m]} ({m})" for m in models)
+           + " steps, then the median of "
            + ", ".join(f"{a.steps or DEFAULT_STEPS[m]} ({m})" for m in models) + " timed steps; every run a fresh "
            "subprocess with its own config.json and temporary dump_path"
            + (f"; {a.repeat} runs each, the lowest median kept" if a.repeat > 1 else "") + ". Metric: "

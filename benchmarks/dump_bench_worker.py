@@ -95,7 +95,39 @@ MODELS = {
 }
 
 
+# a Llama-style decoder from transformers (random init from a config, nothing downloaded): RMSNorm, rotary
+# embeddings, grouped-query attention (8 heads, 4 KV heads), SwiGLU MLP; eager attention; batch 1
+LLAMA = dict(vocab_size=8192, hidden_size=512, intermediate_size=1408, num_hidden_layers=4, num_attention_heads=8,
+             num_key_value_heads=4, max_position_embeddings=1024, tie_word_embeddings=False)
+LLAMA_SEQ = 512
+
+
+class _LogitsOnly(nn.Module):
+    """The transformers model returning its logits tensor (the step code is the same for every model)."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, idx):
+        return self.inner(input_ids=idx, use_cache=False).logits
+
+
+def build_llama(seed):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    cfg = LlamaConfig(**LLAMA)
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    m = _LogitsOnly(LlamaForCausalLM(cfg))
+    torch.manual_seed(seed + 1)
+    x = torch.randint(0, LLAMA["vocab_size"], (1, LLAMA_SEQ))
+    y = torch.randint(0, LLAMA["vocab_size"], (1, LLAMA_SEQ))
+    return m, x, y
+
+
 def build(model_name, seed=1234):
+    if model_name == "llama":
+        return build_llama(seed)
     kw = MODELS[model_name]
     torch.manual_seed(seed)
     m = TinyTransformer(**kw)
@@ -106,17 +138,109 @@ def build(model_name, seed=1234):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# the floor: the same tensors, measured with no tool around them
+# ---------------------------------------------------------------------------------------------------------------------
+
+_KEEP = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def capture_measured(step_fn):
+    """Run one dumped step with our debugger and return clones of the tensors whose statistics it measured
+    (each distinct value once: the set a tool must reduce at the least)."""
+    from msprobe.pytorch.dump import stats as S
+    captured = []
+    orig_add = S.StatBuffer.add
+
+    def add(self, rec, t, orig=None):
+        if t.numel() and not t.is_meta:
+            captured.append(t.detach().clone())
+        return orig_add(self, rec, t, orig)
+    S.StatBuffer.add = add
+    try:
+        step_fn()
+    finally:
+        S.StatBuffer.add = orig_add
+    return captured
+
+
+def _reduce_all(tensors):
+    """max/min/mean/norm of every tensor in the cheapest way: aminmax + sum + dot (float32), one transfer."""
+    vals = []
+    for t in tensors:
+        if t.dtype is torch.bool:
+            vals += [t.any(), t.all()]
+            continue
+        if t.dtype not in _KEEP:
+            t = t.float()
+        if t.dim() == 0:
+            vals.append(t.float())
+            continue
+        mn, mx = torch.aminmax(t)
+        v = t.reshape(-1)
+        vals += [mx, mn, torch.sum(v, dtype=torch.float32),
+                 torch.dot(v, v) if v.dtype is torch.float32 else torch.linalg.vector_norm(v)]
+    return torch.stack([x.float() for x in vals]).tolist()
+
+
+def _crc_all(tensors):
+    import zlib
+    out = []
+    for t in tensors:
+        c = t.contiguous()
+        if c.dtype is torch.bfloat16:
+            c = c.view(torch.uint8) if c.dim() else c.reshape(1).view(torch.uint8)
+        out.append(zlib.crc32(c.numpy()))
+    return out
+
+
+def _write_all(tensors, directory):
+    for i, t in enumerate(tensors):
+        c = t.contiguous()
+        c = c.reshape(-1).view(torch.uint8) if c.dtype is torch.bfloat16 else c.reshape(-1)
+        fd = os.open(os.path.join(directory, f"{i}.bin"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
+        try:
+            os.write(fd, c.numpy().data.cast("B"))
+        finally:
+            os.close(fd)
+
+
+def floors(tensors, reps=5):
+    """Process-CPU and wall ms (minimum over reps) of the reductions alone, + CRC-32, + raw file writes."""
+    import shutil
+    import tempfile
+    d = tempfile.mkdtemp(prefix="floor_", dir=".")
+    parts = {"stat": lambda: _reduce_all(tensors), "crc": lambda: _crc_all(tensors),
+             "write": lambda: _write_all(tensors, d)}
+    best = {}
+    try:
+        for _ in range(reps):
+            for k, fn in parts.items():
+                c0, t0 = time.process_time(), time.perf_counter()
+                fn()
+                w, c = (time.perf_counter() - t0) * 1e3, (time.process_time() - c0) * 1e3
+                bw, bc = best.get(k, (w, c))
+                best[k] = (min(bw, w), min(bc, c))
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    stat = best["stat"]
+    return {"tensors": len(tensors), "mb": round(sum(t.numel() * t.element_size() for t in tensors) / 1e6, 2),
+            "stat_ms": stat[0], "stat_cpu_ms": stat[1],
+            "md5_ms": stat[0] + best["crc"][0], "md5_cpu_ms": stat[1] + best["crc"][1],
+            "tensor_ms": stat[0] + best["write"][0], "tensor_cpu_ms": stat[1] + best["write"][1]}
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--impl", required=True, help="label only (ours, ref8, ref26, none)")
-    ap.add_argument("--model", required=True, choices=sorted(MODELS))
+    ap.add_argument("--model", required=True, choices=sorted(MODELS) + ["llama"])
     ap.add_argument("--config", default=None, help="msprobe config.json; without it no debugger is constructed")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--baseline", action="store_true",
                     help="first time the same steps without a debugger in this process (same-process A/B)")
+    ap.add_argument("--floor", action="store_true",
+                    help="ours only: after the timed steps, capture the tensors one dumped step measures and time "
+                         "the floor (reductions alone; + CRC-32; + raw file writes) on them")
     a = ap.parse_args()
 
     torch.set_num_threads(1)
@@ -127,23 +251,27 @@ def main():
     info = {"msprobe_file": None, "msprobe_version": None}
     t_import = t_ctor = 0.0
 
+    def one_step(dbg):
+        if dbg is not None:
+            dbg.start(model)
+        opt.zero_grad()
+        out = model(x)
+        loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+        loss.backward()
+        if dbg is not None:
+            dbg.stop()
+        opt.step()
+        if dbg is not None:
+            dbg.step()
+        return loss
+
     def run_steps(dbg):
         times, cpu_times = [], []
         loss = None
         for i in range(a.warmup + a.steps):
             c0 = time.process_time()
             t0 = time.perf_counter()
-            if dbg is not None:
-                dbg.start(model)
-            opt.zero_grad()
-            out = model(x)
-            loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
-            loss.backward()
-            if dbg is not None:
-                dbg.stop()
-            opt.step()
-            if dbg is not None:
-                dbg.step()
+            loss = one_step(dbg)
             dt = time.perf_counter() - t0
             dc = time.process_time() - c0
             if i >= a.warmup:
@@ -171,13 +299,16 @@ def main():
         dbg = PrecisionDebugger(config_path=a.config)
         t_ctor = time.perf_counter() - t0
     times, cpu_times, loss = run_steps(dbg)
+    floor = None
+    if a.floor and dbg is not None:
+        floor = floors(capture_measured(lambda: one_step(dbg)))
 
     res = {"dump_bench": 1, "impl": a.impl, "model": a.model, "debugger": dbg is not None,
            "median_ms": statistics.median(times), "min_ms": min(times), "steps_ms": [round(t, 3) for t in times],
            "cpu_median_ms": statistics.median(cpu_times), "cpu_steps_ms": [round(t, 3) for t in cpu_times],
            "warmup": a.warmup, "import_s": round(t_import, 3), "ctor_s": round(t_ctor, 3),
            "loss": float(loss.item()) if loss is not None else None, "torch": torch.__version__,
-           "python": sys.executable, **info, **(baseline or {})}
+           "python": sys.executable, "floor": floor, **info, **(baseline or {})}
     sys.stdout.flush()
     sys.stdout.write("\n" + json.dumps(res) + "\n")
     sys.stdout.flush()
