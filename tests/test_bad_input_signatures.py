@@ -547,3 +547,25 @@ def test_sigterm_blocked_across_fork():
         _, status = os.waitpid(pid, 0)
         assert os.WEXITSTATUS(status) == 0
         assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+
+
+def _fails_in_worker(task, emit):
+    if task == 1:
+        raise IndexError("list index out of range in the worker")
+    return task
+
+
+def test_internal_error_in_a_worker_logs_the_worker_traceback(tmp_path, monkeypatch, capsys):
+    """An internal error raised in a forked worker: the log holds the worker's own traceback (before, only
+    the parent's re-raise in procpool.run_tasks, which names no line of the real fault)."""
+    from msprobe.cli.main import report_internal_error
+    from msprobe.core.procpool import run_tasks
+
+    with pytest.raises(IndexError) as err:
+        run_tasks(_fails_in_worker, [0, 1, 2], 2)
+    monkeypatch.setenv("MSPROBE_LOG_DIR", str(tmp_path / "_logs"))
+    monkeypatch.delenv("MSPROBE_DEBUG", raising=False)
+    assert report_internal_error(err.value, ["msprobe", "merge_result"]) == 1
+    log = next((tmp_path / "_logs").glob("*.log")).read_text()
+    assert "In the worker process:" in log and "_fails_in_worker" in log
+    assert "internal error: IndexError" in capsys.readouterr().err

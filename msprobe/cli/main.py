@@ -131,6 +131,9 @@ def report_internal_error(exc: BaseException, argv: List[str]) -> int:
     import traceback
 
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    worker = getattr(exc, "worker_traceback", None)
+    if isinstance(worker, str):  # raised in a worker process (msprobe.core.procpool): where it really happened
+        text += "\nIn the worker process:\n" + worker
     if os.environ.get("MSPROBE_DEBUG"):
         sys.stderr.write(text)
     message = str(exc).splitlines()[0][:300] if str(exc) else ""

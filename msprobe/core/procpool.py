@@ -73,6 +73,12 @@ def _worker(fn, tasks, task_q, out_q, file_q) -> None:
             payload = pickle.dumps(fn(tasks[current], emit), protocol=pickle.HIGHEST_PROTOCOL)
             out_q.put(("result", current, payload))
         except BaseException as exc:  # noqa: BLE001 - handed to the parent
+            try:  # kept for the internal-error log of the CLI (msprobe.cli.main.report_internal_error)
+                import traceback
+
+                exc.worker_traceback = traceback.format_exc()
+            except Exception:  # noqa: BLE001
+                pass
             out_q.put(("error", current, _picklable(exc)))
     out_q.close()
     out_q.join_thread()
