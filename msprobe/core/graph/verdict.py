@@ -15,6 +15,7 @@ takes the worst verdict of its own rows; the plugin's legend keeps its value ran
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
@@ -36,32 +37,25 @@ _VALUE = {
 _STAT_KEYS = ("Max", "Min", "Mean", "Norm")
 
 
-def _state(name: str, node_id: str, pg: bool) -> str:
-    if pg:
-        return "parameters_grad"
-    rest = name[len(node_id):] if name.startswith(node_id) else name
-    if rest.startswith(".output"):
-        return "output"
-    if rest.startswith(".parameters"):
-        return "parameters"
-    if ".output." in name and ".input." not in name:  # tensor dumps: names come from the data files
-        return "output"
-    return "input"
-
-
 def _stats(items: List[dict]) -> Tuple[np.ndarray, np.ndarray]:
-    """(4, n) Max/Min/Mean/Norm and their is-a-number masks ('True'/'False' of bool tensors as 1/0)."""
+    """(4, n) Max/Min/Mean/Norm and their is-a-number masks (NaN included; 'True'/'False' of bool tensors
+    as 1/0, as compare reads them)."""
     n = len(items)
     vals = np.full((4, n), np.nan)
     ok = np.zeros((4, n), dtype=bool)
     for k, key in enumerate(_STAT_KEYS):
-        col = [it.get(key) for it in items]
-        num = [v if (v.__class__ is float or v.__class__ is int) else
-               (1.0 if v == "True" else 0.0 if v == "False" else None) for v in col]
-        good = np.array([v is not None for v in num], dtype=bool)
-        vals[k] = np.array(num, dtype=np.float64)  # None -> NaN
-        ok[k] = good
+        try:
+            col = list(map(itemgetter(key), items))  # every item carries the four keys (build._leaf_item)
+        except KeyError:
+            col = [it.get(key) for it in items]
+        if not set(map(type, col)) <= _PLAIN:
+            col = [v if v.__class__ in _PLAIN else (1.0 if v == "True" else 0.0 if v == "False" else None) for v in col]
+        vals[k] = np.array(col, dtype=np.float64)  # None -> NaN
+        ok[k] = np.array([v is not None for v in col], dtype=bool)
     return vals, ok
+
+
+_PLAIN = {float, int, type(None)}
 
 
 def judge_graph(g_n: Graph, pairs: Dict[int, Optional[dict]], mode: str, equal_of=None):
@@ -84,29 +78,35 @@ def judge_graph(g_n: Graph, pairs: Dict[int, Optional[dict]], mode: str, equal_o
     api: List[str] = []
     state: List[str] = []
     t_items: List[dict] = []
-    g_items: List[dict] = []
     owner: List[int] = []
-    empty: dict = {}
+    empty: dict = dict.fromkeys(_STAT_KEYS)  # the golden side of an unmatched item
     for k, n in enumerate(nodes):
-        pg = n.id.endswith(".parameters_grad")
-        for data in (n.input_data, n.output_data):
-            for name, it in data.items():
-                names.append(name)
-                api.append(n.id)
-                state.append(_state(name, n.id, pg))
-                t_items.append(it)
-                bt = pairs.get(id(it))
-                g_items.append(bt if bt is not None else empty)
-                owner.append(k)
-    m = len(names)
-    matched = np.array([pairs.get(id(it)) is not None for it in t_items], dtype=bool) if m else np.zeros(0, bool)
+        inp, out = n.input_data, n.output_data
+        cnt = len(inp) + len(out)
+        names.extend(inp)
+        names.extend(out)
+        t_items.extend(inp.values())
+        t_items.extend(out.values())
+        if n.id.endswith(".parameters_grad"):
+            state.extend(["parameters_grad"] * cnt)
+        else:
+            # input_data holds the inputs, then the parameters (build.split_items); output_data the outputs
+            state.extend(["parameters" if ".parameters." in name else "input" for name in inp])
+            state.extend(["output"] * len(out))
+        api.extend([n.id] * cnt)
+        owner.extend([k] * cnt)
+    get = pairs.get
+    g_items = [get(id(it)) or empty for it in t_items]
+    matched = np.array([bt is not empty for bt in g_items], dtype=bool)
     ts, tok = _stats(t_items)
     gs, gok = _stats(g_items)
 
-    def value(it):
-        # as compare's reader: a tensor has statistics, anything else its recorded value (None when none)
-        return NO_VALUE if _is_tensor(it) else it.get("value")
-
+    # as compare's reader: a tensor has statistics, anything else its recorded value (None when none)
+    t_types = [it.get("type") for it in t_items]
+    g_types = [bt.get("type") for bt in g_items]
+    tensor_types = {x for x in set(t_types) | set(g_types) if isinstance(x, str) and x.endswith(_TENSOR_SUFFIXES)}
+    t_value = [NO_VALUE if ty in tensor_types else it.get("value") for it, ty in zip(t_items, t_types)]
+    g_value = [NO_VALUE if (ty in tensor_types or bt is empty) else bt.get("value") for bt, ty in zip(g_items, g_types)]
     rg_bad = np.array([bt is not empty and it.get("requires_grad") != bt.get("requires_grad")
                        for it, bt in zip(t_items, g_items)], dtype=bool)
     equal = None
@@ -116,15 +116,13 @@ def judge_graph(g_n: Graph, pairs: Dict[int, Optional[dict]], mode: str, equal_o
         names=names, api=api, state=state, matched=matched, shape=[str(it.get("shape")) for it in t_items],
         t_dtype=[str(it.get("dtype")) for it in t_items], g_dtype=[str(bt.get("dtype")) for bt in g_items],
         t_stats=ts, g_stats=gs, t_ok=tok, g_ok=gok,
-        t_value=[value(it) for it in t_items], g_value=[value(bt) if bt is not empty else NO_VALUE for bt in g_items],
+        t_value=t_value, g_value=g_value,
         equal=equal, rg_bad=rg_bad,
     )
     return nodes, t_items, names, np.array(owner, dtype=np.int64), vd.judge(facts)
 
 
-def _is_tensor(it: dict) -> bool:
-    t = it.get("type")
-    return isinstance(t, str) and (t.endswith("Tensor") or t.endswith("Parameter"))
+_TENSOR_SUFFIXES = ("Tensor", "Parameter")
 
 
 def apply_verdict(g_n: Graph, pairs: Dict[int, Optional[dict]], mode: str, matched_nodes: List[Node],
