@@ -356,4 +356,4 @@ def test_debug_level_save_values_and_gradients(tmp_path):
                           "-gp", str(tmp_path / "g" / "step0"), "-o", str(out), "--csv", "-c"],
                          capture_output=True, text=True, timeout=300, env=env)
     assert res.returncode == 0, res.stderr[-2000:]
-    assert [p.name.rsplit("_", 1)[0] for p in out.iterdir()] == ["debug_compare_result_rank"]
+    assert [p.name.rsplit("_", 1)[0] for p in out.iterdir()] == ["debug_compare_result"]  # single-process: no dangling rank_ (issue 16 item 14)
