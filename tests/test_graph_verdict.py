@@ -176,6 +176,20 @@ def test_cli_flag_restores_reference_colours(dumps, tmp_path):
         assert len(obj["Colors"]) == 6 and "#FF704D" in set(colours(obj, nodes).values())
 
 
+@pytest.mark.parametrize("variant,line", [
+    ("target", "rank: msprobe verdict: no red node, 0 yellow; differences within bf16 rounding"),
+    ("eps_bug", "rank: msprobe verdict: 2 red (fail), 10 yellow (warn) nodes; the first error enters at "
+                "Functional.layer_norm.2.forward"),
+])
+def test_console_names_the_first_red_node(dumps, tmp_path, variant, line):
+    env = dict(os.environ, PYTHONPATH=str(HERE.parent))
+    r = subprocess.run([sys.executable, "-m", "msprobe.cli.main", "graph", "-tp", str(dumps / f"{variant}-statistics" / "step0"),
+                        "-gp", str(dumps / "golden-statistics" / "step0"), "-o", str(tmp_path / "o"), "-q"],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert line in r.stdout.splitlines()
+
+
 def test_verdict_legend_covers_the_values_written():
     from msprobe.core.graph.verdict import _VALUE
 

@@ -145,6 +145,14 @@ def run(args: argparse.Namespace) -> int:
         where = " ".join(p for p in (u.unit.step_label, u.unit.rank_label) if p) or "graph"
         extra = f", {u.matched} matched pairs ({u.mode})" if u.mode else ""
         print(f"{where}: {u.nodes} nodes{extra}")
+        v = getattr(u, "verdict", None)
+        if v:
+            if v["fail"]:
+                print(f"{where}: msprobe verdict: {v['fail']} red (fail), {v['warn']} yellow (warn) nodes; the first "
+                      f"error enters at {v['first_fail']}")
+            else:
+                print(f"{where}: msprobe verdict: no red node, {v['warn']} yellow; differences within "
+                      f"{v['noise_label']} rounding")
     for path in res.outputs:
         print(f"written: {path}")
     print(f"done in {res.seconds:.1f} s; view with: tensorboard --logdir {os.path.dirname(res.outputs[0])}")

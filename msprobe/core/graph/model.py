@@ -108,6 +108,7 @@ class Graph:
         self.split = None  # build.SplitFormatter while a child process formats part of the items
         self.data_keys: frozenset = frozenset()  # its entry names
         self.dump_order: List[str] = []  # its entry names in dump.json order (the compare report's row order)
+        self.verdict_summary: Optional[dict] = None  # compare with verdict colours: see graph.verdict.apply_verdict
         self.has_md5 = False
 
     def get(self, node_id: str) -> Optional[Node]:

@@ -63,6 +63,7 @@ class UnitResult:
     micro_steps: int
     mode: Optional[str]
     dist: Dict[str, list] = field(default_factory=dict)  # side -> [(id, inputs, outputs, index)] of Distributed nodes
+    verdict: Optional[dict] = None  # compare coloured by msprobe's verdict: graph.verdict's summary
 
 
 @dataclass
@@ -282,7 +283,7 @@ def _run_unit(cfg: GraphConfig, unit: Unit, workdir: str, graphs: List[Graph], t
         for g in (g_n, g_b):
             if g is not None:
                 _release(g)
-    return UnitResult(unit, part, nodes, matched, micro, mode, dist)
+    return UnitResult(unit, part, nodes, matched, micro, mode, dist, g_n.verdict_summary)
 
 
 def _release(g: Graph) -> None:

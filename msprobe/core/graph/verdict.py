@@ -50,7 +50,11 @@ def _stats(items: List[dict]) -> Tuple[np.ndarray, np.ndarray]:
             col = [it.get(key) for it in items]
         if not set(map(type, col)) <= _PLAIN:
             col = [v if v.__class__ in _PLAIN else (1.0 if v == "True" else 0.0 if v == "False" else None) for v in col]
-        vals[k] = np.array(col, dtype=np.float64)  # None -> NaN
+        try:
+            vals[k] = np.array(col, dtype=np.float64)  # None -> NaN
+        except OverflowError:  # an integer beyond float64 (a damaged or odd record): not a number
+            col = [v if v.__class__ is not int or abs(v) < 2 ** 1023 else None for v in col]
+            vals[k] = np.array(col, dtype=np.float64)
         ok[k] = np.array([v is not None for v in col], dtype=bool)
     return vals, ok
 
@@ -127,7 +131,8 @@ _TENSOR_SUFFIXES = ("Tensor", "Parameter")
 
 def apply_verdict(g_n: Graph, pairs: Dict[int, Optional[dict]], mode: str, matched_nodes: List[Node],
                   equal_of=None) -> dict:
-    """Colour the matched target nodes by verdict (see the module docstring); returns {verdict: nodes}."""
+    """Colour the matched target nodes by verdict (see the module docstring); returns {verdict: nodes} and
+    sets ``g_n.verdict_summary`` (red and yellow node counts, the node where the first error enters)."""
     nodes, items, names, owner, j = judge_graph(g_n, pairs, mode, equal_of)
     values = _VALUE[mode if mode in _VALUE else "summary"]
     v = j.verdict
@@ -173,6 +178,15 @@ def apply_verdict(g_n: Graph, pairs: Dict[int, Optional[dict]], mode: str, match
             c.data[REFERENCE_KEY] = c.data["precision_index"]
             c.data["precision_index"] = values[w]
             c.data[VERDICT_KEY] = vd.NAMES[w]
+    # the node where the first error enters, in execution order (forward, backward, parameter gradients)
+    first = ""
+    fails = np.flatnonzero(v == vd.FAIL)
+    if len(fails):
+        if j.exec_pos is not None:
+            fails = fails[np.argsort(j.exec_pos[fails], kind="stable")]
+        first = nodes[int(owner[fails[0]])].id
+    g_n.verdict_summary = {"fail": counts[vd.FAIL], "warn": counts[vd.WARN], "first_fail": first,
+                           "noise_label": vd.noise_label(j.unit, v) if len(v) else "dtype"}
     return counts
 
 
