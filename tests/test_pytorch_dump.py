@@ -1057,7 +1057,7 @@ def test_async_write_failure_is_logged(tmp_path, monkeypatch):
     def broken_save(obj, path):
         raise OSError(f"disk full while writing {path}")
 
-    monkeypatch.setattr(collector_mod.torch, "save", broken_save)
+    monkeypatch.setattr(collector_mod, "save_tensor", broken_save)
     section = {"scope": [], "list": ["relu"], "data_mode": ["all"]}
     cfg = write_config(tmp_path, task="tensor", async_dump=True, section=section)
     dbg = PrecisionDebugger(config_path=cfg)

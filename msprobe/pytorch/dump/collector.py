@@ -27,6 +27,16 @@ _SIMPLE = {bool: "bool", int: "int", float: "float", str: "str"}
 
 
 
+def _tool_thread():
+    """Mark the calling (tool-owned) thread as inside the tool: the patched torch APIs it calls while
+    writing files (Tensor.view, numpy, ...) are not recorded as the model's calls."""
+    try:
+        from msprobe.pytorch.dump.hooks import TLS
+        TLS.depth += 1
+    except Exception:
+        pass
+
+
 def _completed(work):
     try:
         return bool(work.is_completed())
@@ -34,36 +44,56 @@ def _completed(work):
         return False
 
 
-class TensorWriter:
-    """Saves tensor files, inline or (async_dump) on one background thread, in submission order."""
+MAX_PENDING_BYTES = 1 << 30   # tensor bytes queued for the writer thread before training waits for it
 
-    def __init__(self, background):
+
+class TensorWriter:
+    """Saves tensor files in submission order: inline, or on one background thread (``threaded``: the tensor
+    task, whose flush waits for the files; ``background`` = async_dump: the step's JSON files are queued too
+    and nobody waits). The thread overlaps file writing (CRC-32 and writev release the GIL) with training;
+    the tensors it writes are snapshots (clones) taken when the record is made."""
+
+    def __init__(self, background, threaded=None):
         self.background = background
+        self.threaded = background if threaded is None else (threaded or background)
         self._q = None
+        self._pending_bytes = 0
+        self._cv = threading.Condition()
         self.errors = []       # failures on the writer thread; the service logs them at the next flush
 
     def _run(self):
+        _tool_thread()
         while True:
-            fn = self._q.get()
+            fn, nbytes = self._q.get()
             try:
                 fn()
             except Exception as exc:
                 self.errors.append(exc)
             finally:
+                if nbytes:
+                    with self._cv:
+                        self._pending_bytes -= nbytes
+                        self._cv.notify_all()
                 self._q.task_done()
 
-    def submit(self, fn):
-        """Run ``fn`` on the writer thread (async_dump) or now."""
-        if not self.background:
+    def submit(self, fn, nbytes=0):
+        """Run ``fn`` on the writer thread or now; ``nbytes``: memory it holds until done (back-pressure)."""
+        if not self.threaded:
             fn()
             return
         if self._q is None:
             self._q = queue.Queue(maxsize=4096)   # back-pressure: training waits if the disk falls behind
             threading.Thread(target=self._run, name="msprobe-save", daemon=True).start()
-        self._q.put(fn)
+        if nbytes:
+            with self._cv:
+                while self._pending_bytes and self._pending_bytes + nbytes > MAX_PENDING_BYTES:
+                    self._cv.wait()
+                self._pending_bytes += nbytes
+        self._q.put((fn, nbytes))
 
     def save(self, tensor, path):
-        self.submit(lambda: save_tensor(tensor, path))   # atomic: no partial .pt under its final name
+        # atomic: no partial .pt under its final name
+        self.submit(lambda: save_tensor(tensor, path), tensor.numel() * tensor.element_size())
 
     def link(self, existing, path, tensor):
         """``path`` as a hard link to the already saved ``existing`` (same bytes); a copy where links fail.
@@ -89,7 +119,7 @@ class Collector(CollectorBase):
 
     def __init__(self, cfg, framework="pytorch"):
         self._init_rules(cfg)
-        self.writer = TensorWriter(cfg.async_dump)
+        self.writer = TensorWriter(cfg.async_dump, threaded=cfg.task == "tensor")
         self.framework = framework
         self.stats = StatBuffer(cfg.precision)
         self.reset()
@@ -147,8 +177,9 @@ class Collector(CollectorBase):
                     # the same tensor, unchanged, was saved already this step: a hard link, not a second copy
                     self.writer.link(first, path, p)
                 else:
-                    self.writer.save(p.clone().contiguous() if self.writer.background or p.is_contiguous()
-                                     else p.contiguous(), path)
+                    # a snapshot for the writer thread (one compact copy), else the tensor itself when dense
+                    self.writer.save(p.clone(memory_format=torch.contiguous_format) if self.writer.threaded
+                                     else p if p.is_contiguous() else p.contiguous(), path)
                     if slot is not None:
                         slot.path = path
                 rec["data_name"] = fname
@@ -357,6 +388,8 @@ class Collector(CollectorBase):
             finish()
         self.stats.resolve()
         self._resolve_md5()
+        if self.writer.threaded and not self.writer.background:
+            self.writer.wait()      # the tensor task: the step's .pt files are complete before its JSON
         step_dir = self.step_dir
         files = self.step_files()
         # async_dump: serialised now (the dicts keep changing), written on the writer thread

@@ -117,6 +117,11 @@ class _CrcWorker:
         self._q.put((job, buf, cuda_event))
 
     def _run(self):
+        try:   # a tool thread: its Tensor.view/numpy calls (CUDA snapshots) are not the model's calls
+            from msprobe.pytorch.dump.hooks import TLS
+            TLS.depth += 1
+        except Exception:
+            pass
         while True:
             job, buf, event = self._q.get()
             try:
