@@ -1,4 +1,5 @@
-"""Legend colours and tool tips written into compare graphs (graph_and_tools.md A.6.7, 8.x values)."""
+"""Legend colours and tool tips written into compare graphs (graph_and_tools.md A.6.7, 8.x values), and the
+legend of msprobe's verdict colouring (the same colours and ranges, three of them used)."""
 
 from __future__ import annotations
 

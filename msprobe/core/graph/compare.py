@@ -17,6 +17,10 @@ min input One Thousandth ratio - min output ratio, clamped to [0, 1]; "empty"-li
 value; ``Apis_Between_Modules`` collections take the worst of their children.  Deliberate difference: in
 tensor mode collections are computed after the tensor metrics (the reference computes them before, so
 they are always 0 there).
+
+Colours: unless ``reference_colours``, msprobe's verdict (compare's rule set, :mod:`msprobe.core.graph.verdict`)
+then replaces the index with a value inside its verdict's legend bucket and keeps the reference's value in
+the node data (docs/graph.md, "Colours: msprobe's verdict").
 """
 
 from __future__ import annotations
