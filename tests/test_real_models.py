@@ -15,11 +15,15 @@ at L0 / L1 / mix), see ``SELF_COMPARE``.
   embeddings, activations, experts, ...) and the MLP / layer blocks, the module's backward record holds the
   statistics of the gradient of its outputs (tensor hooks in a separate identical run) and of its own share of the
   gradient of its inputs (``torch.autograd.grad`` from its outputs to its inputs), and ``parameters_grad`` those of
-  ``param.grad``; within float32 rounding of the reductions.
+  ``param.grad``; and the backward record of the one API inside a leaf module (``F.linear``, ``F.layer_norm``,
+  ``F.dropout``, ...) has the gradient of the module's output as its ``input.0``; within float32 rounding of the
+  reductions.
 """
 from __future__ import annotations
 
+import json
 import math
+import os
 
 import pytest
 
@@ -91,11 +95,13 @@ def test_self_compare_is_clean(runs, arch, dtype, task, level, summary):
         err = df["MaxAbsErr"].map(_num).dropna()
         assert len(cos) > 20 and (cos >= 1 - 1e-6).all(), df.loc[cos[cos < 1 - 1e-6].index, "NPU Name"].tolist()[:10]
         assert (err == 0).all()
+        print(f"{arch} {dtype} {level} tensor: {len(df)} rows matched, {len(cos)} cosine 1, max abs err 0")
     elif summary == "md5":
         has = df["NPU MD5"].str.fullmatch(r"[0-9a-f]{8}")
         assert has.sum() > 20
         assert (df.loc[has, "NPU MD5"] == df.loc[has, "BENCH MD5"]).all()
         assert (df.loc[has, "Result"] == "pass").all()
+        print(f"{arch} {dtype} {level} md5: {len(df)} rows matched, {int(has.sum())} md5 equal")
     else:
         # torch.empty_like returns uninitialised memory: its output, and that same tensor as the input of the
         # __setitem__ that fills it (Mixtral's expert dispatch), differ between two runs by nature
@@ -110,6 +116,8 @@ def test_self_compare_is_clean(runs, arch, dtype, task, level, summary):
             assert (vals == 0).all(), (col, checked.loc[vals[vals != 0].index, "NPU Name"].tolist()[:10])
         assert compared > 20
         assert not (checked["Result"] == "Warning").any()
+        print(f"{arch} {dtype} {level}: {len(df)} rows matched, {compared} with statistics all 0, "
+              f"{len(df) - len(checked)} empty_like rows left out")
 
 
 # ------------------------------------------------------------------------------------ the tool changes nothing
@@ -196,5 +204,29 @@ def test_backward_records_equal_autograd(runs, arch):
             r = pg.get(pname)
             r = r[0] if isinstance(r, list) and len(r) == 1 else r
             checked += _check(f"{prefix}.parameters_grad.{pname}", r, g, problems)
-    assert modules >= 8 and checked >= 2 * modules
+    # the API inside a leaf module that runs one recorded API, whose result is the module's output (F.linear, F.layer_norm, F.embedding, F.gelu,
+    # F.dropout, ...): its backward input.0 is the gradient of its output, which is the module's output
+    with open(os.path.join(rank_dir, "construct.json"), encoding="utf-8") as f:
+        construct = json.load(f)
+    children = {}
+    for name, parent in construct.items():
+        if parent and not name.startswith("Module.") and name.endswith(".forward"):
+            children.setdefault(parent, []).append(name[:-len(".forward")])
+    apis = 0
+    for prefix, t in truth.items():
+        kids = children.get(f"{prefix}.forward.0", [])
+        if not t["leaf"] or len(kids) != 1 or len(t["input"]) != 1 or t["input"][0] is None:
+            continue
+        out = data.get(f"{kids[0]}.forward", {}).get("output") or [None]
+        if not isinstance(out[0], dict) or out[0].get("shape") != list(t["input"][0].shape):
+            continue        # the module reshapes the API's result (GPT-2's Conv1D: addmm, then a view)
+        rec = data.get(f"{kids[0]}.backward")
+        if rec is None:
+            problems.append((kids[0], "API backward record missing"))
+            continue
+        apis += 1
+        checked += _check(f"{kids[0]}.backward.input.0 (in {prefix})", rec["input"][0] if rec["input"] else None,
+                          t["input"][0], problems)
+    print(f"{arch}: {modules} module backward records, {apis} API backward records, {checked} gradients checked")
+    assert modules >= 8 and checked >= 2 * modules and apis >= 4, (modules, checked, apis)
     assert not problems, f"{len(problems)} of {checked} gradients differ: {problems[:8]}"

@@ -113,7 +113,7 @@ def _alias(value, grads, slots):
 def autograd_truth(case, select):
     """What a module backward record must hold, from a plain fp32 step of ``case`` without the tool, for every
     module ``select(name, module)`` keeps that runs exactly once and returns tensors (alone or in tuples):
-    ``{record prefix: {"input": [...], "output": [...], "params": {name: grad}}}``.
+    ``{record prefix: {"input": [...], "output": [...], "leaf": bool, "params": {name: grad}}}``.
 
     Each positional input and each output of such a module is routed through an identity view made in its
     forward hooks, with a tensor hook on the view: the view of an input is consumed only inside the module, so
@@ -155,6 +155,7 @@ def autograd_truth(case, select):
         r = recs[0]
         prefix = f"Module.{name}.{type(r['mod']).__name__}"
         truth[prefix] = {"input": r["out"]["grads"], "output": r["in"]["grads"],
+                         "leaf": not any(True for _ in r["mod"].children()),
                          "params": {pn: p.grad.detach().clone() for pn, p in r["mod"].named_parameters(recurse=False)
                                     if p.grad is not None}}
     return truth, loss.detach()
