@@ -297,3 +297,38 @@ def test_seed_all_forms():
                      ({"rm_dropout": "yes"}, "rm_dropout")):
         with pytest.raises(MsprobeError, match=msg):
             seed_all(**bad)
+
+
+def test_start_with_token_range_records_only_those_forwards(tmp_path):
+    """Inference, as the reference's vLLM example: start(model=model, token_range=[1, 2]) records the model's
+    forwards number 1 and 2 (counted from 0 at start) and nothing before or after; stop() writes them."""
+    model = Block()
+    debugger = PrecisionDebugger(config_path=config(tmp_path))
+    with torch.no_grad():
+        for step in range(2):
+            debugger.start(model=model, token_range=[1, 2])
+            try:
+                x = torch.ones(1, 4)
+                for _ in range(5):
+                    x = model(x) + 1
+            finally:
+                debugger.stop()
+                debugger.step()
+    for step in (0, 1):
+        d = records(tmp_path, step)
+        assert sorted(k for k in d if k.startswith("Module.fc.Linear.forward")) == [
+            "Module.fc.Linear.forward.0", "Module.fc.Linear.forward.1"]
+        assert sum(k.startswith("Torch.relu.") for k in d) == 2
+        x = torch.ones(1, 4)
+        with torch.no_grad():
+            x = model(x) + 1
+            assert d["Functional.linear.0.forward"]["input_args"][0]["Max"] == pytest.approx(x.max().item())
+    for bad in ([2, 1], [0], (-1, 2), [0, 1.5], "0-3", [True, 2]):
+        with pytest.raises(MsprobeError, match="token_range"):
+            debugger.start(model=model, token_range=bad)
+
+
+def test_token_range_needs_the_model(tmp_path):
+    debugger = PrecisionDebugger(config_path=config(tmp_path, level="L1"))
+    with pytest.raises(MsprobeError, match="token_range"):
+        debugger.start(token_range=[0, 1])
