@@ -69,3 +69,73 @@ def test_rewrite_is_atomic_and_leaves_no_temp(tmp_path):
     save_tensor(torch.zeros(2), str(path))       # the rename replaces atomically; no temporary file stays
     assert torch.equal(torch.load(path, weights_only=True), torch.zeros(2))
     assert sorted(os.listdir(tmp_path)) == ["a.pt"]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# tool threads (the tensor writer, the CRC worker) call patched Tensor methods: those calls are not the model's
+
+
+@pytest.fixture
+def fresh_debugger():
+    from msprobe.pytorch import PrecisionDebugger
+    PrecisionDebugger._reset_for_tests()
+    yield PrecisionDebugger
+    PrecisionDebugger._reset_for_tests()
+
+
+def _config(tmp_path, task, summary_mode="statistics"):
+    import json
+    cfg = {"task": task, "dump_path": str(tmp_path / "dump"), "rank": [], "step": [], "level": "L1",
+           "async_dump": False, task: {"scope": [], "list": [], "data_mode": ["all"]}}
+    if task == "statistics":
+        cfg[task]["summary_mode"] = summary_mode
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    return str(path)
+
+
+def _names(tmp_path):
+    import json
+    with open(tmp_path / "dump" / "step0" / "rank" / "dump.json", encoding="utf-8") as f:
+        return list(json.load(f)["data"])
+
+
+def test_tensor_task_writer_thread_is_not_recorded(tmp_path, fresh_debugger):
+    PrecisionDebugger = fresh_debugger
+    dbg = PrecisionDebugger(config_path=_config(tmp_path, "tensor"))
+    x = torch.randn(64, 32)
+    dbg.start()
+    y = torch.relu(x)
+    z = torch.sigmoid(y)
+    dbg.stop()
+    dbg.step()
+    assert _names(tmp_path) == ["Torch.relu.0.forward", "Torch.sigmoid.0.forward"]
+    files = sorted(os.listdir(tmp_path / "dump" / "step0" / "rank" / "dump_tensor_data"))
+    assert files == ["Torch.relu.0.forward.input.0.pt", "Torch.relu.0.forward.output.0.pt",
+                     "Torch.sigmoid.0.forward.input.0.pt", "Torch.sigmoid.0.forward.output.0.pt"]
+    d = tmp_path / "dump" / "step0" / "rank" / "dump_tensor_data"
+    assert torch.equal(torch.load(d / files[0], weights_only=True), x)
+    assert torch.equal(torch.load(d / files[3], weights_only=True), z)
+
+
+def test_crc_worker_device_snapshot_is_not_recorded(tmp_path, fresh_debugger):
+    """The CUDA path of md5 (pinned snapshot + event, hashed on the worker thread, which views the bytes
+    with Tensor methods) run on CPU with a stand-in event: the worker's calls are not recorded."""
+    PrecisionDebugger = fresh_debugger
+    from msprobe.pytorch.dump import stats
+
+    class Event:
+        def synchronize(self):
+            pass
+
+    dbg = PrecisionDebugger(config_path=_config(tmp_path, "statistics", "md5"))
+    snap = torch.arange(16, dtype=torch.bfloat16)
+    dbg.start()
+    torch.relu(torch.ones(3))
+    job = stats.CrcJob()
+    stats._WORKER.submit(job, snap, Event())
+    got = job.result()
+    dbg.stop()
+    dbg.step()
+    assert _names(tmp_path) == ["Torch.relu.0.forward"]
+    assert got == stats.crc32_hex(snap)

@@ -95,6 +95,10 @@ class TensorWriter:
         # atomic: no partial .pt under its final name
         self.submit(lambda: save_tensor(tensor, path), tensor.numel() * tensor.element_size())
 
+    def save_now(self, tensor, path):
+        """Write now, on the calling thread (files queued before are independent of it)."""
+        save_tensor(tensor, path)
+
     def link(self, existing, path, tensor):
         """``path`` as a hard link to the already saved ``existing`` (same bytes); a copy where links fail.
         Queued after the save of ``existing`` on the same FIFO thread."""
@@ -177,9 +181,12 @@ class Collector(CollectorBase):
                     # the same tensor, unchanged, was saved already this step: a hard link, not a second copy
                     self.writer.link(first, path, p)
                 else:
-                    # a snapshot for the writer thread (one compact copy), else the tensor itself when dense
-                    self.writer.save(p.clone(memory_format=torch.contiguous_format) if self.writer.threaded
-                                     else p if p.is_contiguous() else p.contiguous(), path)
+                    if self.writer.background or (self.writer.threaded and p.device.type == "cpu"):
+                        # a snapshot (one compact copy) for the writer thread. Device tensors of the tensor
+                        # task are written inline below: a thread would copy them on another stream
+                        self.writer.save(p.clone(memory_format=torch.contiguous_format), path)
+                    else:
+                        self.writer.save_now(p if p.is_contiguous() else p.contiguous(), path)
                     if slot is not None:
                         slot.path = path
                 rec["data_name"] = fname
