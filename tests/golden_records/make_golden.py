@@ -28,6 +28,7 @@ CASES = [
     ("mixtral", "mix", "fp32"),
     ("llama", "L1", "fp32"), ("gpt2", "L1", "fp32"), ("llama", "L0", "fp32"), ("bert", "L0", "fp32"),
     ("llama", "mix", "bf16"), ("bert", "mix", "bf16"), ("mixtral", "mix", "bf16"),
+    ("handmade", "mix", "fp32"),
 ]
 REF_DUMP_CASE = ("gpt2", "mix", "fp32")
 

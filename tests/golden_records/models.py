@@ -9,14 +9,47 @@ import os
 
 import torch
 
-MODELS = ("llama", "gpt2", "bert", "t5", "mixtral")
+MODELS = ("llama", "gpt2", "bert", "t5", "mixtral", "handmade")
 BATCH, SEQ, VOCAB = 2, 8, 128
+
+
+class _Inner(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.act = torch.nn.functional.gelu          # bound at construction (early-bound)
+
+    def forward(self, x):
+        x = x.float()                                # returns its input (fp32)
+        x.mul_(1.5)                                  # in place on the module's input
+        y = self.act(self.lin(x))
+        y /= 2.0                                     # C-level dispatch to div_
+        return -y + x
+
+
+class Handmade(torch.nn.Module):
+    """No transformers: an in-place op on a module input, an in-place ReLU module, an early-bound
+    function, ``-y`` and ``/=``, an op returning its input."""
+
+    def __init__(self):
+        super().__init__()
+        self.pre = torch.nn.Linear(4, 4)
+        self.inner = _Inner()
+        self.relu = torch.nn.ReLU(inplace=True)
+
+    def forward(self, x):
+        import types
+        h = self.pre(x)
+        return types.SimpleNamespace(loss=self.relu(self.inner(h) + h).sum())
 
 
 def build(name):
     """(model, batch dict) for ``name``; random init under a fixed seed."""
-    import transformers as tf
     torch.manual_seed(0)
+    if name == "handmade":
+        model = Handmade()
+        return model, {"x": torch.randn(3, 4, generator=torch.Generator().manual_seed(1), requires_grad=True)}
+    import transformers as tf
     common = dict(vocab_size=VOCAB)
     if name == "llama":
         cfg = tf.LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,

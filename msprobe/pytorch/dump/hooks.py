@@ -898,7 +898,9 @@ class Hooks:
             return hook
 
         def enter(args, kwargs):
-            name, n, _parent, expand, inputs = col.module_enter(prefix, args, kwargs)
+            # inputs are recorded at the forward hook, after the module ran (an in-place op inside
+            # shows), as the reference records them
+            name, n, _parent, expand, inputs = col.module_enter(prefix, (), {})
             tree.enter(name)
             bw = None
             new_args = None
@@ -909,8 +911,10 @@ class Hooks:
             frames.append((name, expand, inputs, col.generation, bw))
             return new_args
 
-        def leave(frame, output):
+        def leave(frame, args, kwargs, output):
             name, expand, inputs, _gen, bw = frame
+            if inputs is not None:
+                inputs = col.module_inputs(name, args, kwargs)
             col.module_exit(name, expand)
             kept = col.module_forward(name, None, inputs, output, params)
             if kept and params and col.want_backward and any(p.requires_grad for _, p in params):
@@ -932,7 +936,7 @@ class Hooks:
             if frames:
                 frame = frames.pop()
                 if frame[3] == col.generation:
-                    new = guarded(errors, frame[0], leave, frame, output)
+                    new = guarded(errors, frame[0], leave, frame, args, kwargs, output)
                     if new is not None:
                         return new
             return None
