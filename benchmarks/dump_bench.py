@@ -1,8 +1,8 @@
 """Step-time benchmark of the PyTorch dump (PrecisionDebugger) against mindstudio-probe 8.3.3 and 26.2.0.
 
-    .venv/bin/python benchmarks/dump_bench.py [--models d64,d256] [--impls ours,ref8,ref26]
+    .venv/bin/python benchmarks/dump_bench.py [--models d256,llama] [--impls ours,ref8,ref26]
                                               [--configs off,stat_L1,mix,md5_L1,tensor_L1] [--steps N]
-                                              [--warmup 3] [--repeat 1] [--metric wall|cpu]
+                                              [--warmup N] [--repeat 1] [--metric wall|cpu]
                                               [--ref8 PATH] [--ref26 PATH] [--tmp-dir DIR] [--no-write]
 
 A TinyTransformer (shared/fixtures/reference/_gen/models.py; copied into benchmarks/dump_bench_worker.py) is
@@ -12,7 +12,10 @@ trained with SGD, one thread, every step being
     opt.step(); dbg.step()
 
 Models: ``d64`` = 4 blocks, d=64, seq 8, batch 2 (as models.build makes it); ``d256`` = 4 blocks, d=256,
-seq 128, batch 2.  Every (implementation, config, model) runs in a fresh subprocess
+seq 128, batch 2; ``llama`` = transformers' LlamaForCausalLM built from a config (random init, nothing downloaded:
+hidden 512, 4 layers, 8 heads / 4 KV heads, seq 512, batch 1; needs ``transformers`` in our venv, and the
+reference venvs see it through the same site-packages).  Default: d256 and llama (the realistic points); the
+results file keeps the sections of models not run (d64's last run stays until d64 is run again).  Every (implementation, config, model) runs in a fresh subprocess
 (benchmarks/dump_bench_worker.py) with its own config.json and dump_path in a temporary directory that is
 deleted afterwards; warm-up steps are untimed, then the median ms/step of N timed steps is kept (wall clock;
 ``--metric cpu``: process CPU time; ``--repeat R``: R rounds, each running every (config, implementation) and the
@@ -23,12 +26,18 @@ Configs: ``none`` (no debugger, with our venv's python; once per round, the lowe
 (statistics, level mix), ``md5_L1`` (statistics, L1, summary_mode md5), ``tensor_L1`` (tensor, L1: .pt files).
 Each implementation runs with its own defaults (26.2.0's default risk_level FOCUS skips LOW-risk APIs).
 
+The floor (column ``floor ms``): our worker, in its round-1 run of each config, captures the tensors whose
+statistics one dumped step measures (each distinct value once) and times, with no tool around them, the cheapest
+full pass over them: ``aminmax`` + ``sum`` + ``dot`` (float32) and one ``tolist`` (stat_L1, mix); the same plus
+``zlib.crc32`` of the bytes (md5_L1); plus writing the raw bytes to one file per tensor (tensor_L1).  ``ours added
+/ floor`` says how far the tool is from that pass.
+
 Goals (ours vs the faster reference, ``added`` = config ms - none ms): stat_L1, mix, md5_L1: ours added <= 1/3
 of the faster reference's; tensor_L1: <= 1/2; off: ours <= 1.05 x the same process's step time before the
 debugger was constructed (the worker's --baseline: a same-process A/B, immune to process-to-process noise).
 
-The reference venvs come from --ref8/--ref26, else MSPROBE_REF8/MSPROBE_REF26, else /work/ref8 and /work/ref26
-(see benchmarks/README.md); a missing one, or an implementation that fails to import, gives "n/a" rows with the
+The reference venvs come from --ref8/--ref26, else MSPROBE_REF8/MSPROBE_REF26, else venv833 / venv2620 under
+$MSPROBE_REF_CACHE (default ~/.cache/msprobe-ref; see benchmarks/README.md for building them); a missing one, or an implementation that fails to import, gives "n/a" rows with the
 reason.  The reference workers run with cwd outside the repository, ``python -E`` and no PYTHONPATH, so they
 import the reference msprobe; ours runs with PYTHONPATH=<repo root>.  The module each worker imported is
 checked.  The tables are printed and written to benchmarks/dump_results.md (unless --no-write).  Exit status 0
@@ -341,6 +350,36 @@ def model_table(model: str, configs: list, impls: list, res: dict) -> tuple:
     return lines, verdicts
 
 
+def _load() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "?"
+
+
+def kept_sections(path: Path, models_run: list) -> dict:
+    """model -> (its "## model:" section lines, its Details rows) from the previous results file, for the
+    models not run now, so that running one size does not drop the others' last results."""
+    try:
+        old = path.read_text().splitlines()
+    except OSError:
+        return {}
+    kept = {}
+    for m in ALL_MODELS:
+        if m in models_run:
+            continue
+        start = next((i for i, ln in enumerate(old) if ln.startswith(f"## {m}:")), None)
+        if start is None:
+            continue
+        end = start + 1
+        while end < len(old) and not old[end].startswith("## ") and not old[end].startswith("ms = ") \
+                and not old[end].startswith("### "):
+            end += 1
+        rows = [ln for ln in old if ln.startswith(f"| {m} |")]
+        kept[m] = (old[start:end], rows)
+    return kept
+
+
 def floor_of(res: dict, model: str, config: str, metric: str | None = None):
     """The floor (ms) of ``config``'s kind, measured by our worker on the tensors one dumped step measured."""
     kind = FLOOR_KIND.get(config)
@@ -421,6 +460,7 @@ def main(argv=None) -> int:
     global METRIC
     METRIC = a.metric
     res = {}
+    run_info = {}
     for m in models:
         steps = a.steps or DEFAULT_STEPS[m]
         warmup = a.warmup if a.warmup is not None else DEFAULT_WARMUP[m]
@@ -430,6 +470,7 @@ def main(argv=None) -> int:
         plan = [("none", "none")] + [(c, i.key) for c in configs for i in impls]
         by_key = {i.key: i for i in impls}
         best, medians, failed, floor_best = {}, {}, {}, {}
+        run_info[m] = {"start": datetime.datetime.now(datetime.timezone.utc), "load0": _load()}
         for _round in range(max(1, a.repeat)):
             for c, key in plan:
                 if (c, key) in failed:
@@ -455,6 +496,7 @@ def main(argv=None) -> int:
                       f"run {ri['wall_s']:.1f} s, round {_round + 1}"
                       + (f", {ri['records']} records/step" if ri.get("records") is not None else "") + ")",
                       file=sys.stderr, flush=True)
+        run_info[m]["load1"] = _load()
         for (c, key), r in best.items():
             r["repeat_medians"] = medians[(c, key)]
             r["floor_best"] = floor_best.get((c, key))
@@ -481,8 +523,19 @@ def main(argv=None) -> int:
                                        f"msprobe {i.version}, `{i.module_file}`, `{i.python}`"))
     out.append("")
     all_verdicts = []
-    for m in models:
+    command_s = command.strip()
+    kept = {} if a.no_write else kept_sections(RESULTS, models)
+    for m in ALL_MODELS:
+        if m in kept:
+            out.extend(kept[m][0])
+            continue
+        if m not in models:
+            continue
+        ri = run_info.get(m, {})
         out.append(f"## {m}: {MODEL_DESC[m]}")
+        out.append("")
+        out.append(f"Run: {ri['start'].strftime('%Y-%m-%d %H:%M UTC')}, `{command_s}`, metric "
+                   f"{a.metric}; load average before {ri['load0']}, after {ri['load1']}.")
         out.append("")
         lines, verdicts = model_table(m, configs, impls, res)
         out.extend(lines)
@@ -502,8 +555,18 @@ def main(argv=None) -> int:
     out.append("")
     out.append("### Details")
     out.append("")
-    out.extend(detail_table(models, configs, impls, res))
+    details = detail_table(models, configs, impls, res)
+    out.extend(details[:2])
+    for m in ALL_MODELS:
+        if m in kept:
+            out.extend(kept[m][1])
+        else:
+            out.extend(ln for ln in details[2:] if ln.startswith(f"| {m} |"))
     out.append("")
+    if kept:
+        out.append("Sections of models not run this time (" + ", ".join(sorted(kept)) + ") are kept from the "
+                   "previous file, with their own Run line (or none: older than this format).")
+        out.append("")
     out.append("median/min ms = wall clock per step; CPU median ms = process CPU time per step (all threads, user + "
                "system): CPU well below wall means the run waited for a core (shared machine) or for I/O, CPU above "
                "wall means the tool's own threads; repeats = the median of each run with --repeat (the run with the "
