@@ -332,3 +332,20 @@ def test_token_range_needs_the_model(tmp_path):
     debugger = PrecisionDebugger(config_path=config(tmp_path, level="L1"))
     with pytest.raises(MsprobeError, match="token_range"):
         debugger.start(token_range=[0, 1])
+
+
+def test_config_path_with_keyword_overrides(tmp_path):
+    """The reference's examples: PrecisionDebugger(config_path="./config.json", dump_path="./dump_path") and
+    task/level/step overriding the file."""
+    cfg = config(tmp_path, dump_path=str(tmp_path / "elsewhere"), level="L0", step=[5])
+    debugger = PrecisionDebugger(config_path=cfg, dump_path=str(tmp_path / "dump"), level="L1", step=[0],
+                                 task="statistics")
+    model = Block()
+    debugger.start()
+    try:
+        model(torch.ones(2, 4)).sum().backward()
+    finally:
+        debugger.stop()
+        debugger.step()
+    assert steps(tmp_path) == ["step0"] and not (tmp_path / "elsewhere").exists()
+    assert "Functional.linear.0.forward" in records(tmp_path)
