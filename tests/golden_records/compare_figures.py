@@ -82,7 +82,8 @@ def main(argv=None):
         return 0
     import openpyxl
     ref_cli = os.path.join(os.path.dirname(a.python), "msprobe")
-    work = a.work or tempfile.mkdtemp(prefix="msprobe_figures_")
+    work = os.path.abspath(a.work) if a.work else tempfile.mkdtemp(prefix="msprobe_figures_")
+    os.makedirs(work, exist_ok=True)
     ref_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     our_env = dict(os.environ, PYTHONPATH=ROOT)
     models_py = os.path.join(HERE, "models.py")
