@@ -332,8 +332,9 @@ def model_table(model: str, configs: list, impls: list, res: dict) -> tuple:
         ratio, ok = None, None
         if kind == "none" and ours_ms is not None and none_ms:
             # same-process A/B when the worker measured it (--baseline): the steps before the debugger existed
-            base = ours.get("baseline_median_ms")
-            ratio = ours["median_ms"] / base if base else ours_ms / none_ms
+            cpu = METRIC == "cpu"
+            base = ours.get("baseline_cpu_median_ms" if cpu else "baseline_median_ms")
+            ratio = ours["cpu_median_ms" if cpu else "median_ms"] / base if base else ours_ms / none_ms
             ok = ratio <= factor
         elif kind == "added" and ours_add is not None and fast is not None and fast[0] > 0:
             ratio = ours_add / fast[0]
