@@ -3,7 +3,8 @@
 ``msprobe.mindspore.debugger.precision_debugger`` (8.x), ``msprobe.mindspore.dump.debugger.precision_debugger``
 (26.x) and ``msprobe.mindspore.common.utils`` give the objects of ``msprobe.mindspore``; ``seed_all`` in its call
 forms; ``PrecisionDebugger(config_path=...)`` and keyword construction with ``start(model=[cells])`` inside
-``try/finally: stop(); step()`` write the step's records. Runs in .venv-ms (skips elsewhere).
+``try/finally: stop(); step()`` write the step's records; ``start(model=net, token_range=[a, b])`` records
+only those forwards. Runs in .venv-ms (skips elsewhere).
 """
 import importlib.metadata
 import json
@@ -44,6 +45,20 @@ if form == "config_path":
     with open(cfg, "w") as f:
         json.dump({"task": "statistics", "dump_path": os.path.join(out, "dump"), "level": "mix"}, f)
     debugger = PrecisionDebugger(config_path=cfg)
+elif form == "tokens":
+    debugger = PrecisionDebugger(task="statistics", dump_path=os.path.join(out, "dump"), level="mix")
+    net = Net()
+    x, _ = inputs()
+    for _ in range(2):
+        debugger.start(model=net, token_range=[1, 2])
+        try:
+            for _ in range(4):
+                net(x)
+        finally:
+            debugger.stop()
+            debugger.step()
+    print("OK")
+    sys.exit(0)
 else:
     debugger = PrecisionDebugger(task="statistics", dump_path=os.path.join(out, "dump"), level="L1", step=[1])
 assert PD26(config_path=None) is debugger
@@ -89,3 +104,13 @@ def test_keyword_form_step_filter(tmp_path):
     steps, root = _run(tmp_path, "keywords")
     assert steps == ["step1"]
     assert not any(n.startswith("Cell.") for n in _data(root, "step1"))
+
+
+def test_token_range_records_only_those_forwards(tmp_path):
+    """start(model=net, token_range=[1, 2]) records the network's forwards number 1 and 2 of each step."""
+    steps, root = _run(tmp_path, "tokens")
+    assert steps == ["step0", "step1"]
+    for step in steps:
+        names = list(_data(root, step))
+        assert sorted(n for n in names if n.startswith("Cell.head.Dense.forward")) == [
+            "Cell.head.Dense.forward.0", "Cell.head.Dense.forward.1"], names

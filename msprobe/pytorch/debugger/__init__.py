@@ -50,49 +50,31 @@ class PrecisionDebugger(DebuggerBase):
     def start(cls, model=None, token_range=None):
         """``token_range=[a, b]`` (inference): record only the forwards number a..b (counted from 0 at this
         start, both included) of the model (the first one of a list); without it, record from here on."""
-        if token_range is None:
-            inst = cls._get()
-            inst._token = None
-            return super().start(model)
-        a, b = _check_token_range(token_range)
         inst = cls._get()
+        window = inst.__dict__.get("_tokens")
+        if window is not None:
+            window.state = None
+        if token_range is None:
+            return super().start(model)
+        from msprobe.core.dump.debugger_base import LOCK
+        from msprobe.core.dump.token_range import TokenWindow, check_token_range
+        from msprobe.pytorch.dump.hooks import RT
+        window_range = check_token_range(token_range)
         root = inst._model_for_start(model)
         if root is None:
             raise MsprobeError("PrecisionDebugger.start(token_range=...) counts the forwards of the model: pass "
                                "it, debugger.start(model=model, token_range=[start, end])")
-        from msprobe.core.dump.debugger_base import LOCK
-        from msprobe.pytorch.dump.hooks import RT
         with LOCK:
             inst.service.start(root)
-            first = root[0] if isinstance(root, (list, tuple)) else root
-            if isinstance(root, (list, tuple)) and len(root) > 1:
-                log.warning("msprobe: start(token_range=...) counts the forwards of the first model of the list")
-            inst._token = {"id": 0, "range": (a, b), "live": RT.on}
-            RT.on = False                       # on at forward number a (the hook below)
-            if getattr(inst, "_token_model", None) is not first:
-                inst._token_model = first
-                first.register_forward_pre_hook(inst._count_token)
-
-    def _count_token(self, module, args):
-        state = getattr(self, "_token", None)
-        if not state or not state["live"] or module is not getattr(self, "_token_model", None):
-            return
-        from msprobe.pytorch.dump.hooks import RT
-        i, (a, b) = state["id"], state["range"]
-        if i == a:
-            RT.on = True
-        elif i == b + 1:
-            RT.on = False
-        state["id"] = i + 1
+            if window is None:
+                window = inst._tokens = TokenWindow(RT, ("on",))
+            window.arm(root, window_range, lambda m, fn: m.register_forward_pre_hook(fn))
 
     @classmethod
     def stop(cls):
-        inst = cls._get()
-        state = getattr(inst, "_token", None)
-        if state and state["live"]:
-            from msprobe.pytorch.dump.hooks import RT
-            state["live"] = False
-            RT.on = True        # recorded since start (switched off between tokens): stop() flushes the files
+        window = cls._get().__dict__.get("_tokens")
+        if window is not None:
+            window.disarm()
         super().stop()
 
     @classmethod
@@ -119,15 +101,6 @@ class PrecisionDebugger(DebuggerBase):
     def restore_custom_api(cls, module, api):
         """Undo :meth:`register_custom_api`."""
         cls._get().service.hooks.restore_custom(module, api)
-
-
-def _check_token_range(token_range):
-    if (not isinstance(token_range, (list, tuple)) or len(token_range) != 2
-            or any(isinstance(v, bool) or not isinstance(v, int) for v in token_range)
-            or not 0 <= token_range[0] <= token_range[1]):
-        raise MsprobeError(f"PrecisionDebugger.start: token_range must be [start, end] with ints "
-                           f"0 <= start <= end, got {token_range!r}")
-    return int(token_range[0]), int(token_range[1])
 
 
 def seed_all(seed=1234, mode=False, rm_dropout=False):
