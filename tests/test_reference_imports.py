@@ -349,3 +349,32 @@ def test_config_path_with_keyword_overrides(tmp_path):
         debugger.step()
     assert steps(tmp_path) == ["step0"] and not (tmp_path / "elsewhere").exists()
     assert "Functional.linear.0.forward" in records(tmp_path)
+
+
+def test_start_with_rank_id(tmp_path):
+    """26.x start(model, rank_id=R): the dump goes to rank{R} and the config's rank list filters on R."""
+    model = Block()
+    debugger = PrecisionDebugger(config_path=config(tmp_path, level="L1", rank=[3]))
+    for rank_id in (3, 3):
+        debugger.start(model=model, rank_id=rank_id)
+        try:
+            model(torch.ones(1, 4)).sum().backward()
+        finally:
+            debugger.stop()
+            debugger.step()
+    assert sorted(os.listdir(tmp_path / "dump" / "step0")) == ["rank3"]
+    with open(tmp_path / "dump" / "step1" / "rank3" / "dump.json", encoding="utf-8") as f:
+        assert "Functional.linear.0.forward" in json.load(f)["data"]
+    for bad in (-1, "3", True, 1.0):
+        with pytest.raises(MsprobeError, match="rank_id"):
+            debugger.start(model=model, rank_id=bad)
+
+
+def test_rank_id_outside_the_rank_list_records_nothing(tmp_path):
+    model = Block()
+    debugger = PrecisionDebugger(config_path=config(tmp_path, level="L1", rank=[0]))
+    debugger.start(model=model, rank_id=2)
+    model(torch.ones(1, 4)).sum().backward()
+    debugger.stop()
+    debugger.step()
+    assert not (tmp_path / "dump").exists() or not steps(tmp_path)

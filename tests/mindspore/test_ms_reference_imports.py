@@ -3,8 +3,8 @@
 ``msprobe.mindspore.debugger.precision_debugger`` (8.x), ``msprobe.mindspore.dump.debugger.precision_debugger``
 (26.x) and ``msprobe.mindspore.common.utils`` give the objects of ``msprobe.mindspore``; ``seed_all`` in its call
 forms; ``PrecisionDebugger(config_path=...)`` and keyword construction with ``start(model=[cells])`` inside
-``try/finally: stop(); step()`` write the step's records; ``start(model=net, token_range=[a, b])`` records
-only those forwards. Runs in .venv-ms (skips elsewhere).
+``try/finally: stop(); step()`` write the step's records; ``start(model=net, token_range=[a, b], rank_id=R)``
+records only those forwards, as rank R. Runs in .venv-ms (skips elsewhere).
 """
 import importlib.metadata
 import json
@@ -50,7 +50,7 @@ elif form == "tokens":
     net = Net()
     x, _ = inputs()
     for _ in range(2):
-        debugger.start(model=net, token_range=[1, 2])
+        debugger.start(model=net, token_range=[1, 2], rank_id=5)
         try:
             for _ in range(4):
                 net(x)
@@ -111,6 +111,7 @@ def test_token_range_records_only_those_forwards(tmp_path):
     steps, root = _run(tmp_path, "tokens")
     assert steps == ["step0", "step1"]
     for step in steps:
+        assert os.listdir(root / step) == ["rank5"]            # 26.x start(rank_id=5)
         names = list(_data(root, step))
         assert sorted(n for n in names if n.startswith("Cell.head.Dense.forward")) == [
             "Cell.head.Dense.forward.0", "Cell.head.Dense.forward.1"], names

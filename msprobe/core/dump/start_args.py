@@ -1,7 +1,9 @@
-"""``start(model=model, token_range=[a, b])`` (inference, both frameworks): record only the forwards number a..b
-of the model, counted from 0 at that start, both included (the reference's inference form).
+"""The reference's extra ``start()`` arguments, both frameworks (framework-free).
 
-Framework-free: the debugger passes the runtime switch object and the names of its on/off attributes.
+* ``token_range=[a, b]`` (inference): record only the forwards number a..b of the model, counted from 0 at that
+  start, both included. The debugger passes its runtime switch object and the names of its on/off attributes.
+* ``rank_id=R`` (26.x): the rank this process records as (directory ``rank{R}``, the ``rank`` filter) instead
+  of the one torch.distributed / MindSpore's communication reports.
 """
 from __future__ import annotations
 
@@ -20,6 +22,15 @@ def check_token_range(token_range):
         raise MsprobeError(f"PrecisionDebugger.start: token_range must be [start, end] with ints "
                            f"0 <= start <= end, got {token_range!r}")
     return int(token_range[0]), int(token_range[1])
+
+
+def apply_rank_id(service, rank_id):
+    """``start(rank_id=R)``: ``service.rank()`` returns R from now on (an int >= 0, else one MsprobeError line)."""
+    if rank_id is None:
+        return
+    if isinstance(rank_id, bool) or not isinstance(rank_id, int) or rank_id < 0:
+        raise MsprobeError(f"PrecisionDebugger.start: rank_id must be an int >= 0, got {rank_id!r}")
+    service.rank = lambda: rank_id
 
 
 class TokenWindow:

@@ -47,17 +47,20 @@ class PrecisionDebugger(DebuggerBase):
         return model if model is not None else self.model
 
     @classmethod
-    def start(cls, model=None, token_range=None):
+    def start(cls, model=None, token_range=None, rank_id=None):
         """``token_range=[a, b]`` (inference): record only the forwards number a..b (counted from 0 at this
-        start, both included) of the model (the first one of a list); without it, record from here on."""
+        start, both included) of the model (the first one of a list); without it, record from here on.
+        ``rank_id``: the rank to record as (the reference's 26.x argument), instead of the distributed rank."""
+        from msprobe.core.dump.start_args import apply_rank_id
         inst = cls._get()
+        apply_rank_id(inst.service, rank_id)
         window = inst.__dict__.get("_tokens")
         if window is not None:
             window.state = None
         if token_range is None:
             return super().start(model)
         from msprobe.core.dump.debugger_base import LOCK
-        from msprobe.core.dump.token_range import TokenWindow, check_token_range
+        from msprobe.core.dump.start_args import TokenWindow, check_token_range
         from msprobe.pytorch.dump.hooks import RT
         window_range = check_token_range(token_range)
         root = inst._model_for_start(model)
