@@ -24,6 +24,7 @@ FLUSH_STATS_EVERY = 4096     # pending tensors: resolve statistics so device sca
 
 _TENSOR = torch.Tensor
 _SIMPLE = {bool: "bool", int: "int", float: "float", str: "str"}
+_DTYPE_NAMES = {}      # torch.dtype -> "torch.float32" (str() builds a new string every call)
 
 
 
@@ -149,7 +150,11 @@ class Collector(CollectorBase):
 
     # ------------------------------------------------------------------ values
     def tensor_rec(self, t, data_name, save):
-        rec = {"type": _tensor_type_name(t), "dtype": str(t.dtype), "shape": tuple(t.shape),
+        dtype = t.dtype
+        dname = _DTYPE_NAMES.get(dtype)
+        if dname is None:
+            dname = _DTYPE_NAMES[dtype] = str(dtype)
+        rec = {"type": _tensor_type_name(t), "dtype": dname, "shape": tuple(t.shape),
                "Max": None, "Min": None, "Mean": None, "Norm": None,
                "requires_grad": t.requires_grad}
         p = None

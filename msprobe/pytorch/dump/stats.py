@@ -33,6 +33,7 @@ from msprobe.core.dump.writer import number
 _FLOAT_KEEP = (torch.float32, torch.float16, torch.bfloat16)
 _PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
 _F32 = torch.float32
+_CPU = torch.device("cpu")
 
 
 def _tensor_type_name(t):
@@ -232,9 +233,26 @@ class StatBuffer:
 
     def add(self, rec, t, orig=None):
         """Launch the statistics of ``t`` (plain, detached) for ``rec``; returns the slot (None if no data)."""
+        dtype = t.dtype
+        if dtype is _F32 and not self.precision_high and t.__class__ in _PLAIN_TYPES:
+            # the common case first: a dense float32 CPU tensor, three passes (aminmax, sum, BLAS dot)
+            n = t.numel()
+            if n and t.ndim and t.is_contiguous() and t.is_cpu:
+                v = t.view(-1)
+                mn, mx = torch.aminmax(v)
+                slot = _Slot(4, rec, n, dtype)
+                lst = self._scalars.get(_CPU)
+                if lst is None:
+                    lst = self._scalars[_CPU] = []
+                    self._slots[_CPU] = []
+                lst += (mx, mn, torch.sum(v), torch.dot(v, v))
+                self._slots[_CPU].append(slot)
+                self._count += 1
+                if orig is not None:
+                    self._remember(orig, slot)
+                return slot
         if _no_data(t):
             return None
-        dtype = t.dtype
         kind = 0
         if dtype is torch.bool:
             vals = (torch.any(t), torch.all(t))
@@ -293,10 +311,27 @@ class StatBuffer:
             with torch.no_grad():
                 batches.append((torch.stack([s if s.dtype is _F32 else s.float() for s in lst]).tolist(),
                                 slots[dev]))
+        isfinite = math.isfinite
+        sqrt = math.sqrt
+        pack, unpack = _PACK_F32.pack, _PACK_F32.unpack
         for flat, dev_slots in batches:
             pos = 0
             for slot in dev_slots:
                 kind = slot.kind
+                if kind == 4:
+                    # float32 on CPU (the common case): a finite sum means every element is finite, so Max and
+                    # Min are too; with a finite sum of squares nothing needs the non-finite markers
+                    mx, mn, total, sq = flat[pos:pos + 4]
+                    if isfinite(total) and isfinite(sq):
+                        pos += 4
+                        mean = unpack(pack(total / slot.numel))[0]
+                        norm = unpack(pack(sqrt(sq)))[0]
+                        for rec in slot.recs:
+                            rec["Max"] = mx
+                            rec["Min"] = mn
+                            rec["Mean"] = mean
+                            rec["Norm"] = norm
+                        continue
                 if kind == 0 or kind == 4:
                     mx, mn, total, norm = flat[pos:pos + 4]
                     pos += 4
