@@ -77,8 +77,8 @@ MODEL_DESC = {"d64": "TinyTransformer 4 blocks, d=64, heads 4, seq 8, batch 2",
               "d256": "TinyTransformer 4 blocks, d=256, heads 4, seq 128, batch 2",
               "llama": "transformers LlamaForCausalLM (random init): hidden 512, 4 layers, 8 heads / 4 KV heads, "
                        "intermediate 1408, vocab 8192, seq 512, batch 1, eager attention"}
-DEFAULT_STEPS = {"d64": 20, "d256": 5, "llama": 3}
-DEFAULT_WARMUP = {"d64": 3, "d256": 3, "llama": 2}
+DEFAULT_STEPS = {"d64": 20, "d256": 5, "llama": 2}
+DEFAULT_WARMUP = {"d64": 3, "d256": 3, "llama": 1}
 # where the reference venvs are looked for when --ref8/--ref26 and MSPROBE_REF8/MSPROBE_REF26 are not given
 METRIC = "wall"   # set from --metric
 REF_CACHE = Path(os.environ.get("MSPROBE_REF_CACHE", str(Path.home() / ".cache" / "msprobe-ref")))
@@ -419,8 +419,8 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default=",".join(DEFAULT_MODELS), help="d64,d256,llama (default d256,llama)")
     ap.add_argument("--impls", default=",".join(ALL_IMPLS), help="ours,ref8,ref26")
     ap.add_argument("--configs", default=",".join(ALL_CONFIGS), help=",".join(ALL_CONFIGS) + " (none always runs)")
-    ap.add_argument("--steps", type=int, default=None, help="timed steps (default 20 for d64, 5 for d256)")
-    ap.add_argument("--warmup", type=int, default=None, help="untimed steps (default 3, llama 2)")
+    ap.add_argument("--steps", type=int, default=None, help="timed steps (default 20 for d64, 5 for d256, 2 for llama)")
+    ap.add_argument("--warmup", type=int, default=None, help="untimed steps (default 3, llama 1)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="fresh runs per (implementation, config, model); the lowest median is kept")
     ap.add_argument("--metric", choices=["wall", "cpu"], default="wall",
