@@ -357,30 +357,24 @@ def _repaired(path: str, side: str):
     return obj
 
 
-def read_dump(path: str, side: str, stack_path: Optional[str] = None) -> DumpRows:
-    """Parse a dump.json into rows.  ``side`` ('target'/'golden') only names the file in messages."""
-    try:
-        obj = load_json(path, f"{side} dump.json")
-    except MsprobeError:
-        obj = _repaired(path, side)   # a dump.json cut short: its complete records, with a warning
-        if obj is None:
-            raise
+def _rows_of(obj, path: str, side: str) -> DumpRows:
+    """Checked header fields of a dump.json (``obj``: the whole object, or its fields but ``data``)."""
     if not isinstance(obj, dict):
         raise MsprobeError(f"{side} dump.json {path}: the top level is not an object; this is not a dump.json")
     task = obj.get("task")
     if not task:
         raise MsprobeError(f"{side} dump.json {path} has no 'task'; this is not a dump.json written by a dumper")
-    if "data" not in obj:
-        raise MsprobeError(f"{side} dump.json {path} has no 'data'; the file is damaged or not a dump.json")
-    data = obj["data"]
-    if not isinstance(data, dict):
-        raise MsprobeError(f"{side} dump.json {path}: 'data' is a {type(data).__name__}, expected an object; the file is damaged")
-    if task not in (MODE_TENSOR, MODE_STATISTICS):
+    return DumpRows(path=path, task=task, level=str(obj.get("level", "")), framework=str(obj.get("framework") or "pytorch"))
+
+
+def _check_task(rows: DumpRows, path: str, side: str) -> None:
+    if rows.task not in (MODE_TENSOR, MODE_STATISTICS):
         raise MsprobeError(
-            f"{side} dump.json {path} has task {task!r}; compare works on dumps made with task 'statistics' or 'tensor'"
+            f"{side} dump.json {path} has task {rows.task!r}; compare works on dumps made with task 'statistics' or 'tensor'"
         )
-    rows = DumpRows(path=path, task=task, level=str(obj.get("level", "")), framework=str(obj.get("framework") or "pytorch"))
-    walker = _Walker(rows, task == MODE_TENSOR, side, check=True)
+
+
+def _walk_records(walker: "_Walker", data: dict, path: str, side: str) -> None:
     for op, body in data.items():
         if op.__class__ is not str or ((op[:1] in _FORMULA_FIRST or ";" in op) and INJECTION_RE.search(op)):
             raise MsprobeError(
@@ -399,14 +393,67 @@ def read_dump(path: str, side: str, stack_path: Optional[str] = None) -> DumpRow
         for key, infix, state in SECTIONS:
             if key in body:
                 walker.walk(body[key], f"{op}.{infix}", state, False, 0)
+
+
+_COLUMNS = ("names", "api", "state", "dtype", "shape", "stat_max", "stat_min", "stat_mean", "stat_norm",
+            "requires_grad", "data_name", "_md5_raw", "value")
+
+
+def _flush(rows: DumpRows, walker: "_Walker") -> None:
+    """Move the walker's row tuples into the columns (done per piece of a streamed file)."""
     if walker.out:
-        cols = list(zip(*walker.out))
-        (rows.names, rows.api, rows.state, rows.dtype, rows.shape, rows.stat_max, rows.stat_min, rows.stat_mean,
-         rows.stat_norm, rows.requires_grad, rows.data_name, md5, rows.value) = [list(c) for c in cols]
-        rows._md5_raw = md5
+        for attr, col in zip(_COLUMNS, zip(*walker.out)):
+            getattr(rows, attr).extend(col)
+        walker.out = []
+
+
+def _read_streamed(path: str, side: str) -> Optional[DumpRows]:
+    """The rows of a big, indented dump.json read record by record (msprobe.core.dump.stream), or None
+    when the file is small or its layout is not one that can be split safely (then it is parsed whole)."""
+    from msprobe.core.dump import stream
+    from msprobe.core.fileio import check_path, json_size_limit
+
+    path_ok = check_path(path, f"{side} dump.json", "file")
+    size = stream.file_size(path_ok)
+    if size < stream.STREAM_MIN_BYTES or size > json_size_limit():
+        return None
+    opened = stream.open_dump(path_ok, size)
+    if opened is None:
+        return None
+    head, pieces = opened
+    try:
+        rows = _rows_of(head, path, side)
+        _check_task(rows, path, side)
+        walker = _Walker(rows, rows.task == MODE_TENSOR, side, check=True)
+        md5 = False
+        error = None
+        for data in pieces:
+            if error is not None:
+                continue  # the rest must still parse: a damaged file gets the whole-file parser's message
+            try:
+                _walk_records(walker, data, path, side)
+            except MsprobeError as exc:
+                error = exc
+                continue
+            _flush(rows, walker)
+            if rows.task == MODE_STATISTICS and not md5:
+                md5 = has_md5(data)
+        if error is not None:
+            raise error
+        rows.has_md5 = md5
+        return rows
+    except stream.NotStreamable:
+        return None  # the whole-file parser gives the same rows, or the right error
+    finally:
+        pieces.close()
+
+
+def read_dump(path: str, side: str, stack_path: Optional[str] = None) -> DumpRows:
+    """Parse a dump.json into rows.  ``side`` ('target'/'golden') only names the file in messages."""
+    rows = _read_streamed(path, side)
+    if rows is None:
+        rows = _read_whole(path, side)
     rows.stack = [None] * len(rows.names)
-    if task == MODE_STATISTICS:
-        rows.has_md5 = has_md5(data)
     if stack_path is None:
         candidate = os.path.join(os.path.dirname(path), "stack.json")
         stack_path = candidate if os.path.isfile(candidate) else None
@@ -419,6 +466,28 @@ def read_dump(path: str, side: str, stack_path: Optional[str] = None) -> DumpRow
                 rows.stack[i] = stacks.get(op, "N/A") if stacks else "N/A"
     else:
         rows.stack = []  # no stack column
+    return rows
+
+
+def _read_whole(path: str, side: str) -> DumpRows:
+    try:
+        obj = load_json(path, f"{side} dump.json")
+    except MsprobeError:
+        obj = _repaired(path, side)   # a dump.json cut short: its complete records, with a warning
+        if obj is None:
+            raise
+    rows = _rows_of(obj, path, side)
+    if "data" not in obj:
+        raise MsprobeError(f"{side} dump.json {path} has no 'data'; the file is damaged or not a dump.json")
+    data = obj["data"]
+    if not isinstance(data, dict):
+        raise MsprobeError(f"{side} dump.json {path}: 'data' is a {type(data).__name__}, expected an object; the file is damaged")
+    _check_task(rows, path, side)
+    walker = _Walker(rows, rows.task == MODE_TENSOR, side, check=True)
+    _walk_records(walker, data, path, side)
+    _flush(rows, walker)
+    if rows.task == MODE_STATISTICS:
+        rows.has_md5 = has_md5(data)
     return rows
 
 
