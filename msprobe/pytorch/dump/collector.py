@@ -126,7 +126,7 @@ class Collector(CollectorBase):
         self._init_rules(cfg)
         self.writer = TensorWriter(cfg.async_dump, threaded=cfg.task == "tensor")
         self.framework = framework
-        self.stats = StatBuffer(cfg.precision)
+        self.stats = StatBuffer(cfg.precision, exact_norm=getattr(cfg, "api_capture", "full") == "reference")
         self.reset()
 
     def _settle_statistics(self):

@@ -191,10 +191,14 @@ class _Slot:
 class StatBuffer:
     """Pending on-device statistics of the records made since the last resolve."""
 
-    __slots__ = ("precision_high", "_scalars", "_slots", "_seen", "_count")
+    __slots__ = ("precision_high", "exact_norm", "_scalars", "_slots", "_seen", "_count")
 
-    def __init__(self, precision="low"):
+    def __init__(self, precision="low", exact_norm=False):
         self.precision_high = precision == "high"
+        # exact_norm (api_capture "reference"): the L2 norm by vector_norm, as the reference computes it, so the
+        # two tools' Norm agree to the bit; otherwise float32 CPU tensors use a faster BLAS dot (same value within
+        # float32 rounding: the summation order differs)
+        self.exact_norm = exact_norm
         self.clear()
 
     def __len__(self):
@@ -234,7 +238,7 @@ class StatBuffer:
     def add(self, rec, t, orig=None):
         """Launch the statistics of ``t`` (plain, detached) for ``rec``; returns the slot (None if no data)."""
         dtype = t.dtype
-        if dtype is _F32 and not self.precision_high and t.__class__ in _PLAIN_TYPES:
+        if dtype is _F32 and not self.precision_high and not self.exact_norm and t.__class__ in _PLAIN_TYPES:
             # the common case first: a dense float32 CPU tensor, three passes (aminmax, sum, BLAS dot)
             n = t.numel()
             if n and t.ndim and t.is_contiguous() and t.is_cpu:
@@ -274,7 +278,7 @@ class StatBuffer:
                 kind = 3
             else:
                 mn, mx = torch.aminmax(t)
-                if dtype is _F32 and t.is_contiguous() and t.device.type == "cpu":
+                if dtype is _F32 and not self.exact_norm and t.is_contiguous() and t.device.type == "cpu":
                     v = t.view(-1)
                     vals = (mx, mn, torch.sum(v), torch.dot(v, v))   # BLAS dot: faster than vector_norm
                     kind = 4
