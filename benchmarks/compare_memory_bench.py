@@ -4,8 +4,8 @@
         [--modes csv,xlsx,ranks] [--msprobe-root DIR] [--interval 0.02]
 
 Makes (once, with benchmarks/gen_inputs.py) a statistics pair of about 200 MB per dump.json
-(``--rows 580000`` tensor rows per side), then runs ``msprobe compare -tp T -gp G -o OUT --csv`` and the xlsx
-default, and, for ``ranks``, a 4-rank layout (the same pair linked as rank0..rank3, ``-j 2``) to show that the
+(``--rows 580000`` tensor rows per side), then runs ``msprobe compare -tp T -gp G -o OUT --csv``, the same with ``-j 1`` (csv-j1: both sides parsed one
+after the other in one process) and the xlsx default, and, for ``ranks``, a 4-rank layout (the same pair linked as rank0..rank3, ``-j 2``) to show that the
 peak does not grow with the number of ranks.
 
 Measurement: the command's whole process tree (the CLI, the forked worker that parses the golden side, the
@@ -130,6 +130,8 @@ def main(argv=None) -> int:
         out.mkdir(parents=True)
         if mode == "csv":
             cmd = base + ["-tp", str(t), "-gp", str(g), "-o", str(out), "--csv"]
+        elif mode == "csv-j1":
+            cmd = base + ["-tp", str(t), "-gp", str(g), "-o", str(out), "--csv", "-j", "1"]
         elif mode == "xlsx":
             cmd = base + ["-tp", str(t), "-gp", str(g), "-o", str(out)]
         elif mode == "ranks":
@@ -138,7 +140,7 @@ def main(argv=None) -> int:
         else:
             raise SystemExit(f"unknown mode {mode}")
         r = measure(cmd, env, a.interval)
-        label = {"csv": "one pair, --csv", "xlsx": "one pair, xlsx", "ranks": "4 ranks, --csv -j 2"}[mode]
+        label = {"csv": "one pair, --csv", "xlsx": "one pair, xlsx", "csv-j1": "one pair, --csv -j 1", "ranks": "4 ranks, --csv -j 2"}[mode]
         print(f"{label:<22} {r['peak'] / 2**30:>12.2f} GiB {r['peak'] / size:>11.1f}x {r['procs']:>6} {r['wall']:>7.1f}s",
               flush=True)
     return 0

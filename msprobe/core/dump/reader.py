@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import zlib
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
@@ -121,6 +122,10 @@ def _bools_to_str(v):
     return v
 
 
+_NO_MD5 = ("",)  # a tensor record without md5 or value: the CRC32 of "" on demand (one shared tuple)
+_intern = sys.intern
+
+
 class _Walker:
     __slots__ = ("rows", "op", "tensor_mode", "side", "check", "out")
 
@@ -182,8 +187,9 @@ class _Walker:
             if mx.__class__ is bool or mn.__class__ is bool or me.__class__ is bool or no.__class__ is bool:
                 mx, mn, me, no = _bools_to_str(mx), _bools_to_str(mn), _bools_to_str(me), _bools_to_str(no)
             if not md5:
-                md5 = (_bools_to_str(get("value")) if "value" in leaf else "",)
-            self.out.append((row_name, self.op, state, str(dtype), str(shape), mx, mn, me, no,
+                md5 = (_bools_to_str(get("value")),) if "value" in leaf else _NO_MD5
+            # dtype and shape texts repeat across rows: one shared string each (memory of big dumps)
+            self.out.append((row_name, self.op, state, _intern(str(dtype)), _intern(str(shape)), mx, mn, me, no,
                              "N/A" if rg is None else ("True" if rg else "False"), data_name, md5, NO_VALUE))
             return
         raw = get("value")

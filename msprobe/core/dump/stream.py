@@ -24,7 +24,7 @@ from msprobe.core.fileio import JsonTooDeep, _loads
 #: files smaller than this are parsed whole (the saving is small, the whole-file path is simpler)
 STREAM_MIN_BYTES = 4 << 20
 #: records per parsed piece
-CHUNK_RECORDS = 2000
+CHUNK_RECORDS = 500
 _WS = b" \t\r\n"
 
 

@@ -39,8 +39,16 @@ def _texts(values: Sequence) -> List[str]:
     return cells
 
 
+#: rows turned into text at a time (every cell's text depends on that cell only, so the file is the same
+#: for any value; smaller keeps the text of a big report out of memory)
+CSV_CHUNK_ROWS = 20000
+
+
 def write_csv(path: str, header: List[str], columns: List[Sequence]) -> None:
-    cols = [_texts(c) for c in columns]
+    n = max((len(c) for c in columns), default=0)
     with open(path, "w", newline="", encoding="utf-8") as fh:
         fh.write(",".join(_texts(header)) + "\r\n")
-        fh.writelines(line + "\r\n" for line in map(",".join, zip(*cols)))
+        for a in range(0, n, CSV_CHUNK_ROWS):
+            cols = [_texts(c[a:a + CSV_CHUNK_ROWS]) for c in columns]
+            fh.writelines(line + "\r\n" for line in map(",".join, zip(*cols)))
+            del cols
