@@ -569,3 +569,23 @@ def test_internal_error_in_a_worker_logs_the_worker_traceback(tmp_path, monkeypa
     log = next((tmp_path / "_logs").glob("*.log")).read_text()
     assert "In the worker process:" in log and "_fails_in_worker" in log
     assert "internal error: IndexError" in capsys.readouterr().err
+
+
+def test_deep_and_truncated_dump_json(tmp_path, capsys, monkeypatch):
+    """RecursionError from the stdlib JSON fallback (orjson refused the file for another reason: it is cut
+    short) while compare tries to repair a truncated dump.json (found by tools/fuzz.py)."""
+    t, g = copy_rank(tmp_path)
+    text = (g / "dump.json").read_text()
+    cut = text.index('"output"')
+    (g / "dump.json").write_text(text[:cut] + '"output": ' + "[" * 5000)
+    rc, out = run(["compare", "-tp", t / "dump.json", "-gp", g / "dump.json", "-o", tmp_path / "out", "--csv"],
+                  capsys, monkeypatch, tmp_path)
+    assert "Traceback" not in out and "internal error" not in out, out
+    assert rc in (0, 2), out
+
+
+def test_loads_recursion_becomes_depth_error():
+    from msprobe.core.fileio import JsonTooDeep, _loads
+
+    with pytest.raises(JsonTooDeep):
+        _loads(b'{"a": ' + b"[" * 100000 + b"NaN")

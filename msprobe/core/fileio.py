@@ -207,7 +207,10 @@ def _loads(data: bytes, keep_markers: bool = False):
             return obj if keep_markers else _restore_nonfinite(obj)
         except orjson.JSONDecodeError:
             pass
-    return _check_depth(data, json.loads(data))
+    try:
+        return _check_depth(data, json.loads(data))
+    except RecursionError:  # the stdlib parser recurses: a deep (and otherwise invalid) document
+        raise JsonTooDeep(max(json_depth(data), JSON_MAX_DEPTH + 1)) from None
 
 
 #: largest number of values a yaml config may expand to (aliases can make a small file huge)
