@@ -183,6 +183,16 @@ def test_hook_failures_on_a_full_disk_are_logged_once_in_process(tmp_path, monke
                            f"{OSError(errno.ENOSPC, 'No space left on device')}")
 
     monkeypatch.setattr(torch, "save", full)
+    # plain CPU tensors are written by msprobe's own .pt writer (one writev per file), not torch.save: the disk
+    # is full for it too
+    from msprobe.pytorch import tensor_io
+
+    def full_writev(fh, parts):
+        fh.write(b"PK\x03\x04partial")
+        fh.flush()
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(tensor_io, "_writev_all", full_writev)
     PrecisionDebugger._reset_for_tests()
     try:
         dbg = PrecisionDebugger(task="tensor", level="L1", dump_path=str(tmp_path / "dump"))
