@@ -136,7 +136,7 @@ def main(argv=None) -> int:
             cmd = base + ["-tp", str(t), "-gp", str(g), "-o", str(out)]
         elif mode == "ranks":
             root = ranks_layout(stat, work, 4)
-            cmd = base + ["-tp", str(root / "target"), "-gp", str(root / "golden"), "-o", str(out), "--csv", "-j", "2"]
+            cmd = base + ["-tp", str(root / "target" / "step0"), "-gp", str(root / "golden" / "step0"), "-o", str(out), "--csv", "-j", "2"]
         else:
             raise SystemExit(f"unknown mode {mode}")
         r = measure(cmd, env, a.interval)

@@ -192,3 +192,21 @@ def test_streaming_releases_the_file_pages(tmp_path, monkeypatch):
     rows = _rows(p, monkeypatch, True, chunk=10)
     assert len(rows) == 201
     assert len(dropped) == 6 and dropped == sorted(dropped) and dropped[-1] < p.stat().st_size
+
+
+def test_csv_written_in_row_chunks_is_byte_identical(tmp_path, monkeypatch):
+    from msprobe.core.io import csvfile
+
+    header = ["Name", "Max", "Note"]
+    columns = [[f"op.{i}" for i in range(25)] + ["=cmd|x", "a,b", 'q"t'],
+               [float(i) / 3 for i in range(25)] + [None, True, float("nan")],
+               ["ok"] * 25 + ["-1", "+bad", "line\nbreak"]]
+    out = {}
+    for chunk in (1000, 4, 1):
+        monkeypatch.setattr(csvfile, "CSV_CHUNK_ROWS", chunk)
+        p = tmp_path / f"r{chunk}.csv"
+        csvfile.write_csv(str(p), header, columns)
+        out[chunk] = p.read_bytes()
+    assert out[1000] == out[4] == out[1]
+    text = out[1].decode()
+    assert text.count("\r\n") == 29 and "'=cmd|x" in text and "'+bad" in text and '"a,b"' in text
