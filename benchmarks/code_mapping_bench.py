@@ -10,7 +10,7 @@ both exist) and one empty .npy per chosen node in dump/rank_0/Net/0/0.  Then tim
 process with its own peak RSS (wait4):
 
 * msprobe:    .venv/bin/msprobe -f mindspore code_mapping --ir IR --dump_data DUMP --output OUT
-* reference:  /work/ref8/bin/python tests/data/code_mapping/run_reference.py --ir IR --dump_data DUMP --output OUT
+* reference:  $MSPROBE_REF_CACHE/venv833/bin/python tests/data/code_mapping/run_reference.py --ir IR --dump_data DUMP --output OUT
   (the reference's own code_mapping_main; the harness only stubs the mindspore import, which the
   reference needs for logging but not for this command)
 
@@ -32,6 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from refvenv import ref_venv  # noqa: E402
 csv.field_size_limit(1 << 30)
 
 OPS = ["MatMul", "BiasAdd", "ReLU", "Add", "Mul", "Softmax", "LayerNorm", "Cast"]
@@ -137,7 +138,7 @@ def main() -> int:
     p.add_argument("--files", type=int, default=20000)
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--workdir", default="/tmp/cm_bench")
-    p.add_argument("--ref-python", default="/work/ref8/bin/python")
+    p.add_argument("--ref-python", default=str(ref_venv("venv833") / "bin" / "python"))
     p.add_argument("--no-reference", action="store_true")
     a = p.parse_args()
     from machine import machine_line

@@ -63,6 +63,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from machine import machine_line  # noqa: E402
+from refvenv import portable, ref_cache  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "benchmarks" / "dump_bench_worker.py"
@@ -81,7 +82,7 @@ DEFAULT_STEPS = {"d64": 20, "d256": 5, "llama": 2}
 DEFAULT_WARMUP = {"d64": 3, "d256": 3, "llama": 1}
 # where the reference venvs are looked for when --ref8/--ref26 and MSPROBE_REF8/MSPROBE_REF26 are not given
 METRIC = "wall"   # set from --metric
-REF_CACHE = Path(os.environ.get("MSPROBE_REF_CACHE", str(Path.home() / ".cache" / "msprobe-ref")))
+REF_CACHE = ref_cache()
 REF_VENV = {"ref8": "venv833", "ref26": "venv2620"}
 # floor kind per config: the worker's floor of the same tensors with no tool (reductions; + CRC-32; + raw writes)
 FLOOR_KIND = {"stat_L1": "stat", "mix": "stat", "md5_L1": "md5", "tensor_L1": "tensor"}
@@ -518,10 +519,10 @@ def main(argv=None) -> int:
            + ("wall clock" if a.metric == "wall" else "process CPU time (all threads)") + " per step.", ""]
     out.append("Implementations:")
     out.append("")
-    out.append(f"- none: no debugger, `{none_impl.python}` (torch only)")
+    out.append(f"- none: no debugger, `{portable(none_impl.python)}` (torch only)")
     for i in impls:
         out.append(f"- {i.label}: " + (f"n/a ({i.error})" if i.error else
-                                       f"msprobe {i.version}, `{i.module_file}`, `{i.python}`"))
+                                       f"msprobe {i.version}, `{portable(i.module_file)}`, `{portable(i.python)}`"))
     out.append("")
     all_verdicts = []
     command_s = command.strip()

@@ -3,9 +3,10 @@
     .venv/bin/python benchmarks/fault_score.py [--work DIR] [--venv DIR] [--only CASE ...] [--no-reference]
                                                [--write benchmarks/fault_score_results.md]
 
-1. builds the reference's scratch venv if it is missing (default ``~/.cache/msprobe-ref/venv833``, or
-   ``$MSPROBE_REF833``): ``python -m venv``, ``pip install mindstudio-probe==8.3.3`` from PyPI, and a ``.pth``
-   file that makes this interpreter's torch importable there (the reference needs torch to start);
+1. builds the reference's scratch venv if it is missing (default ``$MSPROBE_REF_CACHE/venv833``, cache
+   default ``~/.cache/msprobe-ref``, or ``$MSPROBE_REF833``): ``python -m venv``,
+   ``pip install mindstudio-probe==8.3.3`` from PyPI, and a ``.pth`` file that makes this
+   interpreter's torch importable there (the reference needs torch to start);
 2. generates the dump pairs (tests/fault_injection/generate.py) into ``--work`` (default: a temp dir);
 3. runs ``msprobe compare -da`` (ours) and the reference's ``msprobe -f pytorch compare -i compare.json``
    (its advisor writes ``advisor_*.txt``) on every pair;
@@ -41,8 +42,9 @@ REF_VERSION = "8.3.3"
 
 
 def default_venv() -> Path:
-    env = os.environ.get("MSPROBE_REF833")
-    return Path(env) if env else Path.home() / ".cache" / "msprobe-ref" / "venv833"
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from refvenv import ref_venv
+    return ref_venv("venv833", "MSPROBE_REF833")
 
 
 def ensure_reference(venv: Path) -> Path:

@@ -645,7 +645,7 @@ def gen_tiny(out: Path, p: dict) -> dict:
             dst.mkdir(parents=True, exist_ok=True)
             for f in ("dump.json", "stack.json", "construct.json"):
                 shutil.copyfile(FIXTURE / side / "step0" / "rank" / f, dst / f)
-        return {"source": str(FIXTURE)}
+        return {"source": os.path.relpath(FIXTURE, ROOT)}  # relative to the repository: no machine path
     # no fixture (e.g. CI): a generated MLP pair of about the same size
     b = Builder()
     x = T([8, 32], F32, BF16, rg=False)

@@ -7,8 +7,9 @@
 Inputs come from benchmarks/gen_graph_inputs.py (``bench_work/graph/<nodes>/``, generated on first use in a
 child process, then reused).  Timed commands, each in a fresh subprocess with a fresh empty output dir:
 
-* 8.3.3:      ``$MSPROBE_REF8/bin/msprobe -f pytorch graph -i in.json -o OUT`` (default venv /work/ref8;
-              in.json: ``npu_path``, for compare ``bench_path``, ``is_print_compare_log: false``) -> .vis.db
+* 8.3.3:      ``$MSPROBE_REF8/bin/msprobe -f pytorch graph -i in.json -o OUT``
+              (default venv $MSPROBE_REF_CACHE/venv833, cache default ~/.cache/msprobe-ref; in.json:
+              ``npu_path``, for compare ``bench_path``, ``is_print_compare_log: false``) -> .vis.db
 * ours json:  ``.venv/bin/msprobe graph -tp TARGET [-gp GOLDEN] -o OUT``        -> .vis (JSON)
 * ours db:    ``.venv/bin/msprobe graph -tp TARGET [-gp GOLDEN] -o OUT --db``   -> .vis.db (SQLite)
 
@@ -45,14 +46,15 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from machine import machine_line  # noqa: E402
+from refvenv import portable, ref_venv as cached_ref_venv  # noqa: E402
 from run_all import _pss_kb, _tree  # noqa: E402  (process-tree walk and Pss of one process)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "graph_results.md"
 GNU_TIME = "/usr/bin/time"
 REF8, OURS_JSON, OURS_DB = "8.3.3 (.vis.db)", "ours json (.vis)", "ours --db (.vis.db)"
-REF8_SETUP = ('python3 -m venv /work/ref8 && /work/ref8/bin/pip install torch==2.13.0 "numpy<2" "pandas<2.1" '
-              "mindstudio-probe==8.3.3")
+REF8_SETUP = ('python3 -m venv "$MSPROBE_REF_CACHE/venv833" && "$MSPROBE_REF_CACHE/venv833/bin/pip" install '
+              'torch==2.13.0 "numpy<2" "pandas<2.1" mindstudio-probe==8.3.3')
 GOAL_SPEED, GOAL_MEM = 5.0, 0.5
 PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
@@ -179,7 +181,12 @@ def ensure_inputs(nodes: int, seed: int) -> dict:
 
 def rel(p) -> str:
     p = str(p)
-    return os.path.relpath(p, ROOT) if p.startswith(str(ROOT) + os.sep) else p
+    return os.path.relpath(p, ROOT) if p.startswith(str(ROOT) + os.sep) else portable(p) if p.startswith(os.sep) else p
+
+
+def _shown_param(path: Path) -> dict:
+    """The reference's -i json as the report shows it: paths relative to the repository (or portable)."""
+    return {k: rel(v) if isinstance(v, str) else v for k, v in json.loads(path.read_text()).items()}
 
 
 def show(cmd) -> str:
@@ -233,7 +240,7 @@ def main(argv=None) -> int:
           f"{expected:,} nodes, dump.json {info.get('dump_json_mb')} MB", flush=True)
 
     notes: list = []
-    ref_venv = Path(os.environ.get("MSPROBE_REF8", "/work/ref8"))
+    ref_venv = cached_ref_venv("venv833", "MSPROBE_REF8")
     ref_exe = ref_venv / "bin" / "msprobe"
     use_ref = not (a.skip_reference or scale)
     if scale:
@@ -242,7 +249,7 @@ def main(argv=None) -> int:
         notes.append("8.3.3: skipped (--skip-reference)")
     elif not (ref_exe.is_file() and os.access(ref_exe, os.X_OK)):
         use_ref = False
-        notes.append(f"8.3.3: skipped, no reference venv at {ref_venv} (set MSPROBE_REF8, or recreate it: "
+        notes.append(f"8.3.3: skipped, no reference venv at {portable(ref_venv)} (set MSPROBE_REF8, or recreate it: "
                      f"`{REF8_SETUP}`, see benchmarks/README.md)")
     for n in notes:
         print(f"[graph-bench] {n}", flush=True)
@@ -366,7 +373,7 @@ def main(argv=None) -> int:
 
     cmd_lines = [f"- {case} / {tool}{'' if (case, tool) in results else ' (failed)'}: "
                  f"`{show([shown.get(c, c) for c in cmd])}`" for case, tool, cmd, _, _ in plan]
-    ref_inputs = [f"- `{case}.json` (8.3.3 `-i`): `{json.dumps(json.loads((work / f'ref8_{case}.json').read_text()))}`"
+    ref_inputs = [f"- `{case}.json` (8.3.3 `-i`): `{json.dumps(_shown_param(work / f'ref8_{case}.json'))}`"
                   for case in cases if use_ref]
     me = [rel(sys.executable), "benchmarks/graph_bench.py", *argv]
     title = (f"## Scale: ours builds {info.get('graph_nodes'):,} nodes" if scale

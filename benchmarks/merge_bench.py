@@ -12,7 +12,8 @@ the argument in NPU max / Bench max).  The first row of every API carries a stac
 Reports are generated once into --dir (default /tmp/msprobe_merge_bench/ranks{R}_rows{N}) and reused.
 Two configs are timed: ``typical`` (two communication APIs and Functional.linear, every statistics
 index: 9 sheets) and ``all`` (every row of every report, 9 sheets).  With --reference the reference
-8.3.3 (venv /work/ref8) is timed on the same reports and config (--ref-timeout seconds at most).
+8.3.3 (venv $MSPROBE_REF8, else $MSPROBE_REF_CACHE/venv833, cache default ~/.cache/msprobe-ref) is timed on
+the same reports and config (--ref-timeout seconds at most).
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from msprobe.core.io.xlsx import write_xlsx  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from refvenv import ref_venv  # noqa: E402
 
 HEADER = ["NPU Name", "Bench Name", "NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape",
           "NPU Requires_grad", "Bench Requires_grad", "Max diff", "Min diff", "Mean diff", "L2norm diff",
@@ -172,7 +176,9 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--dir", default="/tmp/msprobe_merge_bench")
     ap.add_argument("--match-column", action="store_true", help="add our compare's Match column to the reports")
-    ap.add_argument("--reference", action="store_true", help="also time the reference 8.3.3 (/work/ref8)")
+    ap.add_argument("--reference", action="store_true",
+                    help="also time the reference 8.3.3 (venv $MSPROBE_REF8, else $MSPROBE_REF_CACHE/venv833; "
+                         "cache default ~/.cache/msprobe-ref)")
     ap.add_argument("--ref-timeout", type=int, default=900)
     ap.add_argument("--configs", default="typical,all")
     args = ap.parse_args()
@@ -196,7 +202,7 @@ def main() -> int:
             times.append(dt)
         print(f"msprobe merge_result [{name}]: best {min(times):.2f} s of {args.repeat} ({', '.join(f'{t:.2f}' for t in times)}); {msg[0] if msg else ''}")
         if args.reference:
-            ref = "/work/ref8/bin/msprobe"
+            ref = str(ref_venv("venv833", "MSPROBE_REF8") / "bin" / "msprobe")
             out = root / f"out_ref_{name}"
             shutil.rmtree(out, ignore_errors=True)
             dt, msg = timed([ref, "-f", "pytorch", "merge_result", "-i", str(inputs), "-o", str(out),

@@ -1,6 +1,6 @@
 """Dump overhead on MindSpore 2.10 CPU (PyNative): msprobe vs the reference (mindstudio-probe 26.2.0).
 
-usage: python benchmarks/ms_dump_bench.py [--ours .venv-ms/bin/python] [--ref /work/ref26ms/bin/python]
+usage: python benchmarks/ms_dump_bench.py [--ours .venv-ms/bin/python] [--ref $MSPROBE_REF_CACHE/venv2620ms/bin/python]
                                           [--steps 40] [--rounds 3] [--out bench_work/ms_dump]
 
 For each interpreter, runs the test network (tests/mindspore/ms_net.py's; benchmarks/ms_bench_worker.py) without
@@ -21,6 +21,9 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 WORKER = os.path.join(HERE, "ms_bench_worker.py")
+sys.path.insert(0, HERE)
+from refvenv import ref_venv  # noqa: E402
+
 WARMUP = 3
 
 
@@ -39,7 +42,9 @@ def run(py, impl, level, steps, out, cwd, env):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ours", default=os.path.join(ROOT, ".venv-ms", "bin", "python"))
-    ap.add_argument("--ref", default="/work/ref26ms/bin/python")
+    ap.add_argument("--ref", default=str(ref_venv("venv2620ms") / "bin" / "python"),
+                    help="the reference's interpreter (default $MSPROBE_REF_CACHE/venv2620ms/bin/python, cache "
+                         "default ~/.cache/msprobe-ref; see benchmarks/README.md)")
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench_work", "ms_dump"))

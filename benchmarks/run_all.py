@@ -20,9 +20,9 @@ Memory is measured two ways, for the whole process tree (the reference tools and
 The goals compare ``peak MB = max(RSS max, PSS sum)``: at least the biggest single process, and at least the
 whole tree when workers run side by side.
 
-The reference tools run from scratch venvs given by MSPROBE_REF8 / MSPROBE_REF26 (default /work/ref8 and
-/work/ref26; see benchmarks/README.md).  A missing venv skips its rows with a note.  The results table is
-printed and written to benchmarks/results.md (unless --no-write).  Exit status 0 when every measured goal
+The reference tools run from scratch venvs given by MSPROBE_REF8 / MSPROBE_REF26 (default venv833 and
+venv2620 under $MSPROBE_REF_CACHE, cache default ~/.cache/msprobe-ref; see benchmarks/README.md).  A missing
+venv skips its rows with a note.  The results table is printed and written to benchmarks/results.md (unless --no-write).  Exit status 0 when every measured goal
 passes, 1 when one fails, 2 when a run fails or writes no report.
 """
 
@@ -42,6 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from machine import machine_line  # noqa: E402
+import refvenv  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_WORK = ROOT / "bench_work"
@@ -223,8 +224,8 @@ def report_scan(path: Path) -> dict:
 
 # ---------------------------------------------------------------------------------------------------------------------
 
-def ref_venv(var: str, default: str):
-    venv = Path(os.environ.get(var, default))
+def ref_venv(var: str, name: str):
+    venv = refvenv.ref_venv(name, var)
     exe = venv / "bin" / "msprobe"
     return (venv, exe) if exe.is_file() and os.access(exe, os.X_OK) else (venv, None)
 
@@ -263,12 +264,12 @@ def main(argv=None) -> int:
 
     notes: list = []
     refs = {}
-    for label, var, default in ((REF8_XLSX, "MSPROBE_REF8", "/work/ref8"), (REF26_CSV, "MSPROBE_REF26", "/work/ref26")):
+    for label, var, default in ((REF8_XLSX, "MSPROBE_REF8", "venv833"), (REF26_CSV, "MSPROBE_REF26", "venv2620")):
         venv, exe = ref_venv(var, default)
         if a.no_refs:
             notes.append(f"{label}: skipped (--no-refs)")
         elif exe is None:
-            notes.append(f"{label}: skipped, no reference venv at {venv} (set {var}; see benchmarks/README.md)")
+            notes.append(f"{label}: skipped, no reference venv at {refvenv.portable(venv)} (set {var}; see benchmarks/README.md)")
         else:
             refs[label] = exe
     for n in notes:
@@ -429,7 +430,8 @@ def main(argv=None) -> int:
                    f"(+ golden); target dump.json {size}; {extra}")
 
     def show(cmd):
-        return shlex.join(os.path.relpath(c, ROOT) if c.startswith(str(ROOT) + os.sep) else c for c in cmd)
+        return shlex.join(os.path.relpath(c, ROOT) if c.startswith(str(ROOT) + os.sep)
+                          else refvenv.portable(c) if c.startswith(os.sep) else c for c in cmd)
 
     cmd_lines = []
     for (case, tool), r in results.items():

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import csv
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -27,7 +28,10 @@ from msprobe.core.code_mapping import parse_ir
 from msprobe.core.code_mapping.ir import FORWARD_HEADER
 
 DATA = ROOT / "tests" / "data" / "code_mapping"
-REF_PYTHON = Path("/work/ref8/bin/python")
+_spec = importlib.util.spec_from_file_location("_msprobe_refvenv", ROOT / "benchmarks" / "refvenv.py")
+refvenv = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(refvenv)
+REF_PYTHON = refvenv.ref_venv("venv833") / "bin" / "python"
 HEADER = ["File Path", "Code Stack", "Scope Name"]
 LONG_SCOPE = "Default/" + "/".join(f"layer{i}-TransformerLayer" for i in range(10)) + "/attention-Attention/MatMul-op3"
 
@@ -174,7 +178,9 @@ def test_op1_is_not_op10(tmp_path, capsys):
 
 def _reference(tmp_path: Path, ir: Path, dump: Path):
     if not REF_PYTHON.exists():
-        pytest.skip(f"the reference (mindstudio-probe 8.3.3) is not installed at {REF_PYTHON}")
+        pytest.skip(f"the reference (mindstudio-probe 8.3.3) is not installed at {REF_PYTHON} "
+                    "($MSPROBE_REF_CACHE/venv833, cache default ~/.cache/msprobe-ref); build it with the "
+                    "venv833 line of benchmarks/README.md")
     out = tmp_path / "ref_out"
     proc = subprocess.run([str(REF_PYTHON), str(DATA / "run_reference.py"), "--ir", str(ir), "--dump_data", str(dump),
                            "--output", str(out)], capture_output=True, text=True, timeout=300)

@@ -135,7 +135,7 @@ def test_framework_function_from_stack_is_part_of_the_scope():
     assert got == expected
 
 
-@pytest.mark.parametrize("home", ["/home/user/msprobe", "/srv/msprobe/work/.venv-msprobe", "C:\\Users\\u\\msprobe"])
+@pytest.mark.parametrize("home", ["/home/user/msprobe", "/srv/msprobe/jobs/.venv-msprobe", "C:\\Users\\u\\msprobe"])
 def test_frames_under_a_folder_named_msprobe_are_kept(home):
     # A clone or venv in a folder named 'msprobe' (what `git clone .../msprobe.git` gives) must not make the
     # torch frames look like msprobe's own: the old path-text check dropped 'rms_norm' and lost the two mul pairs.

@@ -2,7 +2,7 @@
 
 Used by tests/test_code_mapping.py and benchmarks/code_mapping_bench.py to compare with the reference:
 
-    /work/ref8/bin/python tests/data/code_mapping/run_reference.py --ir IR --dump_data PATH --output DIR
+    $MSPROBE_REF_CACHE/venv833/bin/python tests/data/code_mapping/run_reference.py --ir IR --dump_data PATH --output DIR
 
 The reference's code_mapping is pure text processing, but its import chain goes through
 msprobe.mindspore.common, which imports mindspore.  This harness installs an import hook that answers
