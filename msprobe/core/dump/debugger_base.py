@@ -100,15 +100,47 @@ class DebuggerBase:
             raise MsprobeError("PrecisionDebugger instance is not created: construct PrecisionDebugger(...) first")
         return inst
 
+    # the framework adapter's part of start(token_range=...): the word for the root ("model" / "network"), and
+    # the runtime switch object with the names of its on/off attributes (a TokenWindow flips them)
+    _ROOT_WORD = "model"
+
+    def _token_switches(self):
+        raise NotImplementedError
+
     @classmethod
-    def start(cls, model=None):
+    def start(cls, model=None, token_range=None, rank_id=None):
+        """``token_range=[a, b]`` (inference): record only the forwards number a..b (counted from 0 at this
+        start, both included) of the model (the first one of a list); without it, record from here on.
+        ``rank_id``: the rank to record as (the reference's 26.x argument), instead of the distributed rank."""
+        from msprobe.core.dump.start_args import TokenWindow, apply_rank_id, check_token_range
         inst = cls._get()
+        apply_rank_id(inst.service, rank_id)
+        window = inst.__dict__.get("_tokens")
+        if window is not None:
+            window.state = None
+        if token_range is None:
+            with LOCK:
+                inst.service.start(inst._model_for_start(model))
+            return
+        window_range = check_token_range(token_range)
+        root = inst._model_for_start(model)
+        word = cls._ROOT_WORD
+        if root is None:
+            raise MsprobeError(f"PrecisionDebugger.start(token_range=...) counts the forwards of the {word}: pass "
+                               f"it, debugger.start(model={'net' if word == 'network' else 'model'}, "
+                               f"token_range=[start, end])")
         with LOCK:
-            inst.service.start(inst._model_for_start(model))
+            inst.service.start(root)
+            if window is None:
+                window = inst._tokens = TokenWindow(*inst._token_switches())
+            window.arm(root, window_range, lambda m, fn: m.register_forward_pre_hook(fn))
 
     @classmethod
     def stop(cls):
         inst = cls._get()
+        window = inst.__dict__.get("_tokens")
+        if window is not None:
+            window.disarm()
         with LOCK:
             inst.service.stop()
 

@@ -50,38 +50,11 @@ class PrecisionDebugger(DebuggerBase):
         self.config = cfg
         self.service = Service(cfg)
 
-    @classmethod
-    def start(cls, model=None, token_range=None, rank_id=None):
-        """``token_range=[a, b]`` (inference): record only the forwards number a..b (counted from 0 at this
-        start, both included) of the network (the first one of a list); without it, record from here on.
-        ``rank_id``: the rank to record as (the reference's 26.x argument), instead of the distributed rank."""
-        from msprobe.core.dump.start_args import apply_rank_id
-        inst = cls._get()
-        apply_rank_id(inst.service, rank_id)
-        window = inst.__dict__.get("_tokens")
-        if window is not None:
-            window.state = None
-        if token_range is None:
-            return super().start(model)
-        from msprobe.core.dump.debugger_base import LOCK
-        from msprobe.core.dump.start_args import TokenWindow, check_token_range
-        from msprobe.mindspore.dump.hooks import RT
-        window_range = check_token_range(token_range)
-        if model is None:
-            raise MsprobeError("PrecisionDebugger.start(token_range=...) counts the forwards of the network: pass "
-                               "it, debugger.start(model=net, token_range=[start, end])")
-        with LOCK:
-            inst.service.start(model)
-            if window is None:
-                window = inst._tokens = TokenWindow(RT, ("on", "primitives_on"))
-            window.arm(model, window_range, lambda m, fn: m.register_forward_pre_hook(fn))
+    _ROOT_WORD = "network"
 
-    @classmethod
-    def stop(cls):
-        window = cls._get().__dict__.get("_tokens")
-        if window is not None:
-            window.disarm()
-        super().stop()
+    def _token_switches(self):
+        from msprobe.mindspore.dump.hooks import RT
+        return RT, ("on", "primitives_on")
 
     @classmethod
     def save(cls, variable, name, save_backward=True):

@@ -46,39 +46,11 @@ class PrecisionDebugger(DebuggerBase):
     def _model_for_start(self, model):
         return model if model is not None else self.model
 
-    @classmethod
-    def start(cls, model=None, token_range=None, rank_id=None):
-        """``token_range=[a, b]`` (inference): record only the forwards number a..b (counted from 0 at this
-        start, both included) of the model (the first one of a list); without it, record from here on.
-        ``rank_id``: the rank to record as (the reference's 26.x argument), instead of the distributed rank."""
-        from msprobe.core.dump.start_args import apply_rank_id
-        inst = cls._get()
-        apply_rank_id(inst.service, rank_id)
-        window = inst.__dict__.get("_tokens")
-        if window is not None:
-            window.state = None
-        if token_range is None:
-            return super().start(model)
-        from msprobe.core.dump.debugger_base import LOCK
-        from msprobe.core.dump.start_args import TokenWindow, check_token_range
-        from msprobe.pytorch.dump.hooks import RT
-        window_range = check_token_range(token_range)
-        root = inst._model_for_start(model)
-        if root is None:
-            raise MsprobeError("PrecisionDebugger.start(token_range=...) counts the forwards of the model: pass "
-                               "it, debugger.start(model=model, token_range=[start, end])")
-        with LOCK:
-            inst.service.start(root)
-            if window is None:
-                window = inst._tokens = TokenWindow(RT, ("on",))
-            window.arm(root, window_range, lambda m, fn: m.register_forward_pre_hook(fn))
+    _ROOT_WORD = "model"
 
-    @classmethod
-    def stop(cls):
-        window = cls._get().__dict__.get("_tokens")
-        if window is not None:
-            window.disarm()
-        super().stop()
+    def _token_switches(self):
+        from msprobe.pytorch.dump.hooks import RT
+        return RT, ("on",)
 
     @classmethod
     def save(cls, variable, name, save_backward=True):
