@@ -347,22 +347,32 @@ def load_dump_json(path: str, what: str = "dump.json", nonfinite_markers: bool =
     return obj
 
 
+def data_key(buf, nl: int):
+    """Where ``data`` sits in an indented dump.json (bytes or mmap), given the offset ``nl`` of its first
+    newline: ``(indent unit, offset of the '"data": {' line, offset just after it)``, or None when the
+    layout is not the usual one (one key per line at one indentation, a key on the second line)."""
+    j = nl + 1
+    while buf[j:j + 1] == b" ":
+        j += 1
+    u = j - nl - 1
+    if u <= 0 or buf[j:j + 1] != b'"':
+        return None
+    i = buf.find(b"\n" + b" " * u + b'"data": {')
+    if i < 0:
+        return None
+    return u, i, i + len(b"\n" + b" " * u + b'"data": {')
+
+
 def dump_index(raw: bytes, markers: bool = False):
     """(header fields, entry offsets) of an indented dump.json, or None when its layout is not the usual one.
 
     ``offsets[i]`` is where entry i of ``data`` starts; the last element is where ``data`` ends.
     """
-    if not raw.startswith(b"{\n"):
+    sec = data_key(raw, 1) if raw.startswith(b"{\n") else None
+    if sec is None:
         return None
-    u = len(raw) - len(raw[2:].lstrip(b" ")) - 2
-    if u <= 0:
-        return None
+    u, i, start = sec
     pad = b" " * u
-    key = b"\n" + pad + b'"data": {'
-    i = raw.find(key)
-    if i < 0:
-        return None
-    start = i + len(key)
     close = raw.find(b"\n" + pad + b"}", start)
     if close < 0:
         return None
@@ -432,17 +442,11 @@ def repair_truncated_dump(path: str):
             raw = fh.read()
     except OSError:
         return None
-    if not raw.startswith(b"{\n"):
+    sec = data_key(raw, 1) if raw.startswith(b"{\n") else None
+    if sec is None:
         return None
-    u = len(raw) - len(raw[2:].lstrip(b" ")) - 2
-    if u <= 0:
-        return None
+    u, i, start = sec
     pad = b" " * u
-    key = b"\n" + pad + b'"data": {'
-    i = raw.find(key)
-    if i < 0:
-        return None
-    start = i + len(key)
     if raw.find(b"\n" + pad + b"}", start) >= 0:
         return None  # data is closed: not a truncation inside data
     try:

@@ -19,7 +19,7 @@ import mmap
 import os
 from typing import Iterator, Optional, Tuple
 
-from msprobe.core.fileio import JsonTooDeep, _loads
+from msprobe.core.fileio import JsonTooDeep, _loads, data_key
 
 #: files smaller than this are parsed whole (the saving is small, the whole-file path is simpler)
 STREAM_MIN_BYTES = 4 << 20
@@ -74,18 +74,11 @@ def _layout(mm: mmap.mmap):
     nl = mm.find(b"\n", 0, 64)
     if nl < 0 or mm[:nl].strip(_WS) != b"{":
         return None
-    j = nl + 1
-    while j < len(mm) and mm[j:j + 1] == b" ":
-        j += 1
-    u = j - nl - 1
-    if u <= 0 or mm[j:j + 1] != b'"':
+    sec = data_key(mm, nl)
+    if sec is None:
         return None
+    u, i, start = sec
     pad = b" " * u
-    key = b"\n" + pad + b'"data": {'
-    i = mm.find(key)
-    if i < 0:
-        return None
-    start = i + len(key)
     close = mm.find(b"\n" + pad + b"}", start)
     if close < 0:
         return None
