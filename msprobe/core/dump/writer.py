@@ -97,17 +97,12 @@ def write_file(path, fill, mode=0o640):
     at any moment leaves the complete file or none under ``path``; the temporary file is removed on failure
     (a kill -9 leaves ``.<name>.<pid>.tmp``, which no reader opens)."""
     fd, tmp = _open_temp(path, mode)
-    try:
+
+    def _fill():
         with os.fdopen(fd, "wb") as f:
             fill(f)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return path
+
+    return _commit(tmp, path, _fill)
 
 
 def write_path(path, write, mode=0o640):
@@ -115,8 +110,13 @@ def write_path(path, write, mode=0o640):
     the temporary file is created empty with ``mode`` first, so the writer only truncates and fills it."""
     fd, tmp = _open_temp(path, mode)
     os.close(fd)
+    return _commit(tmp, path, lambda: write(tmp))
+
+
+def _commit(tmp, path, write):
+    """Run ``write()`` (which fills ``tmp``), then rename ``tmp`` to ``path``; on any failure remove ``tmp``."""
     try:
-        write(tmp)
+        write()
         os.replace(tmp, path)
     except BaseException:
         try:
