@@ -1,7 +1,7 @@
 """code_mapping benchmark: msprobe vs the reference (mindstudio-probe 8.3.3) on a generated IR + tensor dump.
 
     .venv/bin/python benchmarks/code_mapping_bench.py [--nodes 200000] [--files 20000] [--timeout 600]
-                                                      [--workdir /tmp/cm_bench] [--no-reference]
+                                                      [--workdir DIR (default: <tempdir>/cm_bench)] [--no-reference]
 
 Generates a MindSpore kernel-graph IR in the layout of ms_output_trace_code_graph_0.ir (forward nodes with
 a unique_id, backward "Gradients/..." nodes with a forward_unique_id, 3 type lines, a scope line, 4 to 8
@@ -27,6 +27,7 @@ import random
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -137,7 +138,7 @@ def main() -> int:
     p.add_argument("--nodes", type=int, default=200000)
     p.add_argument("--files", type=int, default=20000)
     p.add_argument("--timeout", type=float, default=600)
-    p.add_argument("--workdir", default="/tmp/cm_bench")
+    p.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "cm_bench"))
     p.add_argument("--ref-python", default=str(ref_venv("venv833") / "bin" / "python"))
     p.add_argument("--no-reference", action="store_true")
     a = p.parse_args()

@@ -1,6 +1,6 @@
 """Peak memory of ``msprobe compare`` on a big statistics dump pair, as a multiple of one dump.json's size.
 
-    .venv/bin/python benchmarks/compare_memory_bench.py [--work-dir /tmp/memb] [--rows 580000]
+    .venv/bin/python benchmarks/compare_memory_bench.py [--work-dir DIR (default: <tempdir>/msprobe_memb)] [--rows 580000]
         [--modes csv,xlsx,ranks] [--msprobe-root DIR] [--interval 0.02]
 
 Makes (once, with benchmarks/gen_inputs.py) a statistics pair of about 200 MB per dump.json
@@ -24,6 +24,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -108,7 +109,7 @@ def ranks_layout(stat: Path, work: Path, n: int) -> Path:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--work-dir", default="/tmp/msprobe_memb")
+    ap.add_argument("--work-dir", default=os.path.join(tempfile.gettempdir(), "msprobe_memb"))
     ap.add_argument("--rows", type=int, default=580000)
     ap.add_argument("--modes", default="csv,xlsx,ranks")
     ap.add_argument("--msprobe-root", default=str(ROOT))
