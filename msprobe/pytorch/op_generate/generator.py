@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import orjson
 
 from msprobe.core.errors import MsprobeError
-from msprobe.pytorch.op_generate import standards
+from msprobe.core.acc_check import standards
 from msprobe.core.fileio import atomic_write, check_path, ensure_output_dir, load_dump_json, load_json, safe_name
 
 CONFIG_KEYS = ("dump_json_path", "api_name", "extract_api_path", "propagation", "data_mode", "random_seed", "iter_times")
@@ -27,7 +27,7 @@ _SCALAR_TYPES = ("int", "float", "bool", "str")
 MAX_ITER_TIMES = 1000
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
 RUNTIME_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runtime.py")
-STANDARDS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "standards.py")
+STANDARDS_FILE = standards.__file__
 
 
 @dataclass(frozen=True)
@@ -299,7 +299,10 @@ def _convert(item: Any, where: str) -> Any:
     if typ == "torch.Size":
         return _Literal(f"torch.Size({list(item.get('value') or [])!r})")
     if typ == "torch.memory_format":
-        return _Literal(f"torch.{item.get('format', 'contiguous_format')}")
+        fmt = item.get("format", "contiguous_format")
+        if fmt not in ("contiguous_format", "channels_last", "channels_last_3d", "preserve_format"):
+            raise MsprobeError(f"{where}: memory format {str(fmt)[:40]!r} is not a torch memory format; the dump is damaged")
+        return _Literal(f"torch.{fmt}")
     if typ is None:
         # a dict argument (kwargs dict, namedtuple fields): convert its values
         return {k: _convert(v, f"{where}.{k}") for k, v in item.items()}
@@ -354,12 +357,20 @@ def _autocast(func: str, args: Any, kwargs: Any, outputs: Any) -> Optional[str]:
 def build_case(cfg: OpGenConfig, entries: Dict[str, dict]) -> Case:
     """Validate the extracted records and turn them into a Case; real_data needs every tensor's file."""
     src = cfg.extract_api_path if not cfg.dump_json_path else cfg.dump_json_path
+    return case_from_records(src, entries, cfg.propagation, cfg.data_mode, cfg.random_seed, cfg.iter_times,
+                             cfg.api_name)
+
+
+def case_from_records(src: str, entries: Dict[str, dict], propagation: str, data_mode: str, seed: int = 1234,
+                      iter_times: int = 1, api_name: Optional[str] = None) -> Case:
+    """One API's forward (and backward) records -> a Case (``src`` names the file in messages).
+    ``propagation`` "both" (whole-dump checks) keeps the backward record when there is one."""
     forward = [k for k in entries if k.endswith(".forward")]
     backward = [k for k in entries if k.endswith(".backward")]
     if len(forward) > 1 or len(backward) > 1 or len(entries) > 2:
         raise MsprobeError(f"{src}: more than one API matched ({', '.join(sorted(entries))}); give the full api_name with its number")
     if not forward:
-        raise MsprobeError(f"{src}: no forward record for {cfg.api_name or 'the API'}; op_generate needs the forward inputs")
+        raise MsprobeError(f"{src}: no forward record for {api_name or 'the API'}; op_generate needs the forward inputs")
     fkey = forward[0]
     fwd = entries[fkey]
     if not isinstance(fwd, dict) or not fwd:
@@ -368,7 +379,9 @@ def build_case(cfg: OpGenConfig, entries: Dict[str, dict]) -> Case:
     kind, func = _split_name(fkey)
     bwd = None
     full = fkey
-    if cfg.propagation == "backward":
+    if propagation == "both" and backward and isinstance(entries[backward[0]], dict) and entries[backward[0]]:
+        bwd = entries[backward[0]]
+    if propagation == "backward":
         if not backward or not isinstance(entries[backward[0]], dict) or not entries[backward[0]]:
             raise MsprobeError(f"{src} has no backward record for {api_name} ({api_name}.backward), which propagation "
                                f"'backward' needs; dump with a backward pass, or use propagation 'forward'")
@@ -386,7 +399,7 @@ def build_case(cfg: OpGenConfig, entries: Dict[str, dict]) -> Case:
     if bwd is not None:
         grads = _convert(bwd.get("input", bwd.get("grad_input", [])) or [], f"{full} input")
     needed = _tensors(args) + _tensors(kwargs) + _tensors(grads)
-    if cfg.data_mode == "real_data":
+    if data_mode == "real_data":
         missing = [t for t in needed if not t.get("data_name")]
         if missing:
             raise MsprobeError(f"{src}: real_data mode needs the recorded tensors, but {len(missing)} of the {len(needed)} "
@@ -396,10 +409,41 @@ def build_case(cfg: OpGenConfig, entries: Dict[str, dict]) -> Case:
             raise MsprobeError(f"real_data mode: tensor file {absent[0]} not found ({len(absent)} missing); "
                                f"copy the dump's dump_tensor_data next to dump.json or use data_mode 'random_data'")
     return Case(
-        full_name=full, api_name=api_name, kind=kind, func=func, propagation=cfg.propagation,
-        data_mode=cfg.data_mode, seed=cfg.random_seed, iter_times=1 if cfg.data_mode == "real_data" else cfg.iter_times,
+        full_name=full, api_name=api_name, kind=kind, func=func, propagation=propagation,
+        data_mode=data_mode, seed=seed, iter_times=1 if data_mode == "real_data" else iter_times,
         args=args, kwargs=kwargs, grads=grads, autocast=_autocast(func, args, kwargs, outputs), outputs=outputs,
     )
+
+
+def runtime_values(obj: Any, namespace: Dict[str, Any]) -> Any:
+    """A converted argument structure as the runtime's objects (what the script's data block evaluates
+    to), for running a case in-process: tensor records -> ``T``, literals evaluated in ``namespace`` (the
+    runtime module's globals)."""
+    if isinstance(obj, _Tensor):
+        rec = obj.rec
+        stats = {name: _stat(rec.get(key)) for key, name in (("Min", "min"), ("Max", "max"), ("Mean", "mean"),
+                                                              ("Norm", "norm")) if rec.get(key) is not None}
+        return namespace["T"](rec["dtype"], [int(x) for x in rec["shape"]], requires_grad=bool(rec.get("requires_grad")),
+                              file=rec.get("data_name") or None, **stats)
+    if isinstance(obj, _Literal):
+        return eval(obj.src, namespace)  # noqa: S307 - only sources _convert/build_case made (reprs of dump values)
+    if isinstance(obj, list):
+        return [runtime_values(v, namespace) for v in obj]
+    if isinstance(obj, dict):
+        return {k: runtime_values(v, namespace) for k, v in obj.items()}
+    return obj
+
+
+def _stat(v: Any) -> Any:
+    """A recorded statistic as the script's data block holds it (see _num)."""
+    if isinstance(v, (bool, int, float)):
+        return v
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            return None
+    return None
 
 
 # ---- rendering ----
@@ -464,7 +508,7 @@ def runtime_source() -> str:
     lists = lists[lists.index('"""', 3) + 3:].strip("\n") + "\n"  # drop the module docstring
     with open(RUNTIME_FILE, "r", encoding="utf-8") as fh:
         runtime = fh.read()
-    marker = "from msprobe.pytorch.op_generate.standards import *  # msprobe-only\n"
+    marker = "from msprobe.core.acc_check.standards import *  # msprobe-only\n"
     if marker not in runtime:
         raise RuntimeError("runtime.py lost its standards import marker")
     return runtime.replace(marker, lists)

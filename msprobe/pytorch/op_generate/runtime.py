@@ -14,7 +14,7 @@ try:
 except ImportError:
     sys.exit("error: this script needs PyTorch: pip install torch (on Ascend also torch_npu)")
 
-from msprobe.pytorch.op_generate.standards import *  # msprobe-only
+from msprobe.core.acc_check.standards import *  # msprobe-only
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -283,8 +283,11 @@ def autocast_inputs(fn, args, kwargs, dtype, device):
 
 
 def run_once(fn, args, kwargs, propagation, grads, specs_args, specs_kwargs, autocast_dtype, device):
-    """Call the API (and its backward); returns the list of compared outputs."""
-    leaves = grad_leaves(args, kwargs, specs_args, specs_kwargs) if propagation == "backward" else []
+    """Call the API (and its backward); returns the list of compared outputs.
+
+    ``propagation`` "both" (whole-dump checks): returns (forward outputs, input gradients), the gradients
+    None when no input was recorded with requires_grad."""
+    leaves = grad_leaves(args, kwargs, specs_args, specs_kwargs) if propagation != "forward" else []
     if autocast_dtype is not None:
         with torch.autocast(device_type=torch.device(device).type, dtype=autocast_dtype):
             out = fn(*args, **kwargs)
@@ -292,8 +295,15 @@ def run_once(fn, args, kwargs, propagation, grads, specs_args, specs_kwargs, aut
         out = fn(*args, **kwargs)
     if propagation == "forward":
         return flatten(out)
+    if propagation == "both":
+        return flatten(out), (input_grads(out, grads, leaves) if leaves else None)
     if not leaves:
         raise SystemExit("error: no input of this API was recorded with requires_grad=True: there is no backward to reproduce")
+    return input_grads(out, grads, leaves)
+
+
+def input_grads(out, grads, leaves):
+    """The gradients of ``leaves`` when the recorded output gradients are fed through the outputs."""
     outs, gouts = [], []
     for o, g in zip(flatten(out), flatten(grads)):
         if isinstance(o, torch.Tensor) and o.requires_grad and isinstance(g, torch.Tensor):
@@ -488,36 +498,30 @@ def table(rows):
     return "\n".join(out)
 
 
-def compare_output(k, standard, d, b, ref, autocast=None):
-    """Print the comparison of output k; returns its verdict.
+def assess_output(standard, d, b, ref, autocast=None):
+    """Judge one output pair; returns a dict with ``verdict`` and either ``message`` (an outcome decided
+    before any metric: types, shapes, empty) or the table rows ``head`` + ``rows``, the ``metrics``, the
+    ``standard`` used, the dtype whose thresholds applied (``judged``) and the compared CPU tensors.
 
     ``ref``: the reference implementation's output (None when the device is the CPU); ``autocast``: the
     dtype the call computed in, which sets the thresholds for float32 outputs of an autocast call."""
-    print(f"index {k}:")
     if d is None and b is None:
-        print("no gradient on either side (input unused)")
-        return "pass"
+        return {"verdict": "pass", "message": "no gradient on either side (input unused)"}
     if type(d) is not type(b):
-        print("ERROR: out_device and out_bench is not the same type!")
-        return "error"
+        return {"verdict": "error", "message": "ERROR: out_device and out_bench is not the same type!"}
     if not isinstance(d, torch.Tensor):
         if d == b:
-            print("PASS: out_device and out_bench equals.")
-            return "pass"
-        print(f"ERROR: out_device and out_bench is not equal! ({d!r} vs {b!r})")
-        return "error"
+            return {"verdict": "pass", "message": "PASS: out_device and out_bench equals."}
+        return {"verdict": "error", "message": f"ERROR: out_device and out_bench is not equal! ({d!r} vs {b!r})"}
     d = d.detach().cpu()
     b = b.detach().cpu()
     if d.shape != b.shape:
-        print("ERROR: shape of out_device and out_bench is not equal!")
-        return "error"
+        return {"verdict": "error", "message": "ERROR: shape of out_device and out_bench is not equal!"}
     if d.numel() == 0:
-        print("empty output: nothing to compare")
-        return "pass"
+        return {"verdict": "pass", "message": "empty output: nothing to compare"}
     fam = lambda t: "float" if (t.is_floating_point() or t.is_complex()) else ("bool" if t.dtype == torch.bool else "int")
     if fam(d) != fam(b):
-        print(f"ERROR: dtype family of out_device ({d.dtype}) and out_bench ({b.dtype}) differs!")
-        return "error"
+        return {"verdict": "error", "message": f"ERROR: dtype family of out_device ({d.dtype}) and out_bench ({b.dtype}) differs!"}
     std = standard if fam(d) == "float" else "binary"
     if d.is_complex():
         d, b = torch.view_as_real(d), torch.view_as_real(b)
@@ -532,14 +536,25 @@ def compare_output(k, standard, d, b, ref, autocast=None):
         ref_m = metrics_for(std, r, b, judged)
     else:
         ref_m = None
-    rows = [("Shape", list(d.shape), "", ""), ("Dtype of out_device", d.dtype, "", ""),
+    head = [("Shape", list(d.shape), "", ""), ("Dtype of out_device", d.dtype, "", ""),
             ("Dtype of out_bench", b.dtype, "", ""), ("Compare Standard", STANDARD_TITLES[std], "", "")]
     if judged != d.dtype:
-        rows.append(("Thresholds of", f"{judged} (computed under autocast)", "", ""))
-    metric_rows, verdict = judge(std, judged, m, ref_m)
-    print(table(rows + metric_rows))
-    print(f"verdict: {verdict}")
-    return verdict
+        head.append(("Thresholds of", f"{judged} (computed under autocast)", "", ""))
+    rows, verdict = judge(std, judged, m, ref_m)
+    return {"verdict": verdict, "head": head, "rows": rows, "metrics": m, "standard": std, "judged": judged,
+            "device": d, "bench": b}
+
+
+def compare_output(k, standard, d, b, ref, autocast=None):
+    """Print the comparison of output k (see assess_output); returns its verdict."""
+    print(f"index {k}:")
+    res = assess_output(standard, d, b, ref, autocast)
+    if "rows" not in res:
+        print(res["message"])
+        return res["verdict"]
+    print(table(res["head"] + res["rows"]))
+    print(f"verdict: {res['verdict']}")
+    return res["verdict"]
 
 
 def check_recorded(outputs, recorded, real):
@@ -568,6 +583,61 @@ def check_recorded(outputs, recorded, real):
                     print(f"output {k} differs from the recorded output: max abs diff {diff:.6g}")
 
 
+class RunFailed(Exception):
+    """One of the calls of an iteration raised (``label``: device, bench or reference)."""
+
+    def __init__(self, label, device, exc):
+        super().__init__(f"{type(exc).__name__}: {exc}")
+        self.label, self.device, self.exc = label, device, exc
+
+
+def setup(spec):
+    """(function, autocast dtype, benchmark dtype, dtype map of the benchmark) of a case."""
+    kind, name = spec["API"]
+    fn = resolve_api(kind, name)
+    autocast = parse_dtype(spec["AUTOCAST"]) if spec.get("AUTOCAST") else None
+    everything = flatten([spec["ARGS"], list(spec["KWARGS"].values()), spec.get("GRADS", []),
+                          spec.get("RECORDED_OUTPUTS") or []])
+    bdtype = bench_dtype([s for s in everything if isinstance(s, T)]
+                         + [T(d.name, []) for d in everything if isinstance(d, DType)])
+    raise_dtype = {torch.float16: bdtype, torch.bfloat16: bdtype, torch.float32: bdtype}
+    return fn, autocast, bdtype, raise_dtype
+
+
+def run_iteration(spec, fn, device, make, seed, autocast, bdtype, raise_dtype, propagation=None):
+    """Rebuild the inputs (``make(T)`` for every recorded tensor) and run the device, benchmark and
+    reference calls; returns {label: outputs}.  A call that raises becomes RunFailed."""
+    propagation = propagation or spec["PROPAGATION"]
+    args_spec, kwargs_spec, grads_spec = spec["ARGS"], spec["KWARGS"], spec.get("GRADS", [])
+    args = materialise(args_spec, make)
+    kwargs = materialise(kwargs_spec, make)
+    grads = materialise(grads_spec, make)
+    bench_args, bench_kwargs = args, kwargs
+    if autocast is not None:
+        bench_args, bench_kwargs = autocast_inputs(fn, args, kwargs, autocast, device)
+    runs = {}
+    for label, dev, fdt, dmap, ac in (("device", device, None, None, autocast),
+                                      ("bench", "cpu", bdtype, raise_dtype, None),
+                                      ("reference", "cpu", None, None, autocast)):
+        if label == "reference" and (dev == device or spec["STANDARD"] not in ("benchmark", "ulp")):
+            runs[label] = ([], None) if propagation == "both" else []  # the CPU has no second implementation
+            continue
+        a = place(bench_args if label == "bench" else args, dev, fdt, dmap)
+        kw = place(bench_kwargs if label == "bench" else kwargs, dev, fdt, dmap)
+        g = place(grads, dev, fdt, dmap)
+        torch.manual_seed(seed)
+        try:
+            runs[label] = run_once(fn, a, kw, propagation, g, args_spec, kwargs_spec,
+                                   ac if fdt is None else None, dev)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # noqa: BLE001 - reported by the caller
+            if os.environ.get("MSPROBE_DEBUG"):
+                raise
+            raise RunFailed(label, dev, exc) from exc
+    return runs
+
+
 def reproduce(spec):
     """Run one generated case (``spec``: the data block of the script as a dict); returns the exit code."""
     ap = argparse.ArgumentParser(description=f"Reproduce {spec['FULL_NAME']} alone on the device and judge it "
@@ -583,16 +653,10 @@ def reproduce(spec):
         ap.error("--iter-times must be >= 1")
     device = pick_device(opts.device)
     kind, name = spec["API"]
-    fn = resolve_api(kind, name)
-    args_spec, kwargs_spec, grads_spec = spec["ARGS"], spec["KWARGS"], spec.get("GRADS", [])
+    fn, autocast, bdtype, raise_dtype = setup(spec)
     propagation = spec["PROPAGATION"]
     real = opts.data_mode == "real_data"
     iters = 1 if real else opts.iter_times
-    autocast = parse_dtype(spec["AUTOCAST"]) if spec.get("AUTOCAST") else None
-    everything = flatten([args_spec, list(kwargs_spec.values()), grads_spec, spec.get("RECORDED_OUTPUTS") or []])
-    bdtype = bench_dtype([s for s in everything if isinstance(s, T)]
-                         + [T(d.name, []) for d in everything if isinstance(d, DType)])
-    raise_dtype = {torch.float16: bdtype, torch.bfloat16: bdtype, torch.float32: bdtype}
     print(f"{spec['FULL_NAME']}: {kind}.{name} on {device}, benchmark on cpu in {bdtype}, "
           f"{'real data' if real else 'random data (seed %d)' % opts.seed}"
           + (f", autocast {autocast}" if autocast is not None else ""))
@@ -601,36 +665,15 @@ def reproduce(spec):
     verdicts = []
     for i in range(iters):
         make = load_tensor if real else (lambda s: random_tensor(s, gen))
-        args = materialise(args_spec, make)
-        kwargs = materialise(kwargs_spec, make)
-        grads = materialise(grads_spec, make)
-        bench_args, bench_kwargs = args, kwargs
-        if autocast is not None:
-            bench_args, bench_kwargs = autocast_inputs(fn, args, kwargs, autocast, device)
-        runs = {}
-        for label, dev, fdt, dmap, ac in (("device", device, None, None, autocast),
-                                          ("bench", "cpu", bdtype, raise_dtype, None),
-                                          ("reference", "cpu", None, None, autocast)):
-            if label == "reference" and (dev == device or spec["STANDARD"] not in ("benchmark", "ulp")):
-                runs[label] = []  # the CPU has no second implementation; ratios use the rounded benchmark
-                continue
-            a = place(bench_args if label == "bench" else args, dev, fdt, dmap)
-            kw = place(bench_kwargs if label == "bench" else kwargs, dev, fdt, dmap)
-            g = place(grads, dev, fdt, dmap)
-            torch.manual_seed(opts.seed + i)
-            try:
-                runs[label] = run_once(fn, a, kw, propagation, g, args_spec, kwargs_spec,
-                                       ac if fdt is None else None, dev)
-            except (SystemExit, KeyboardInterrupt):
-                raise
-            except Exception as exc:  # noqa: BLE001 - one line; MSPROBE_DEBUG=1 shows the traceback
-                if os.environ.get("MSPROBE_DEBUG"):
-                    raise
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-                print(f"error: the {label} run of {kind}.{name} on {dev} failed: {type(exc).__name__}: {first} "
-                      f"(set MSPROBE_DEBUG=1 for the traceback; edit ARGS/KWARGS if an argument was not recorded)",
-                      file=sys.stderr)
-                return 2
+        try:
+            runs = run_iteration(spec, fn, device, make, opts.seed + i, autocast, bdtype, raise_dtype)
+        except RunFailed as failed:  # one line; MSPROBE_DEBUG=1 shows the traceback
+            exc = failed.exc
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            print(f"error: the {failed.label} run of {kind}.{name} on {failed.device} failed: {type(exc).__name__}: {first} "
+                  f"(set MSPROBE_DEBUG=1 for the traceback; edit ARGS/KWARGS if an argument was not recorded)",
+                  file=sys.stderr)
+            return 2
         print(f"iter: {i}:")
         print("Compare result:")
         dev_out, bench_out, ref_out = runs["device"], runs["bench"], runs["reference"]
