@@ -223,7 +223,8 @@ def run(args) -> int:
 
     with Progress("compare", display=display_wanted(quiet=not cfg.progress)) as prog:
         # the advisor file of each report is written with it (both appear together, docs/reliability.md)
-        results = run_compare(cfg, progress_factory=prog.job, advisor=acfg.advisor)
+        results = run_compare(cfg, progress_factory=prog.job, advisor=acfg.advisor,
+                              keep_tables=acfg.diff_analyze)  # -da reads the whole tables
     _summary(results)
     _analysis(results, acfg)
     _banner()

@@ -67,10 +67,31 @@ class Report:
     # red rows where a difference enters the run through an input no compared op produced -> the nearest
     # target-only (unmatched) API call before it, e.g. 'Tensor.__mul__.0.forward' ("" when none is near)
     entered_from: Dict[int, str] = field(default_factory=dict)
+    n_rows: Optional[int] = None  # set on a slim report (see slim()), whose names are dropped
 
     @property
     def rows(self) -> int:
-        return len(self.names)
+        return self.n_rows if self.n_rows is not None else len(self.names)
+
+    @property
+    def is_slim(self) -> bool:
+        return self.n_rows is not None
+
+    def slim(self) -> "Report":
+        """What the console summary needs once the report is written and the advisor has run: mode, header,
+        counts, the verdict and noise unit per row (9 bytes a row), first red row with its reason, worst ops,
+        and the columns the summary counts (tensor 'Accuracy Reached or Not', md5 'Result'); every other
+        column, the names, the colours and the scores are dropped (``columns`` holds None for them, ``why``
+        is ``{first red row: reason}``).  A rank worker returns this to the parent, so the parent's memory
+        does not grow with the number of ranks (``msprobe compare -da`` keeps the whole reports)."""
+        if self.is_slim:
+            return self
+        keep = {"Accuracy Reached or Not"} if self.mode == MODE_TENSOR else {"Result"} if self.mode == MODE_MD5 else set()
+        cols = [c if h in keep else None for h, c in zip(self.header, self.columns)]
+        why = {self.first_red[0]: self.why[self.first_red[0]]} if (self.first_red and self.why) else {}
+        return Report(self.mode, list(self.header), cols, None, [], [], self.matched, worst=list(self.worst),
+                      first_red=self.first_red, failing=self.failing, layer_rows=None, verdict=self.verdict,
+                      why=why, unit=self.unit, n_rows=self.rows)
 
     @property
     def red(self) -> int:

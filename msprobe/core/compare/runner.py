@@ -230,11 +230,14 @@ def write_report(rep: Report, path: str, fmt: str, defer: bool = False):
 
 
 def run_job(cfg: CompareConfig, job: RankJob, out_dir: str, ts: str,
-            progress: Optional[Callable[..., None]] = None, advisor: bool = False) -> RankResult:
+            progress: Optional[Callable[..., None]] = None, advisor: bool = False,
+            keep_tables: bool = True) -> RankResult:
     """Compare one pair and write its report. ``progress(stage, done, total, unit=None, detail=None)`` is told
     the stages read, match, metrics (in compare_dumps) and write (msprobe.core.progress). ``advisor``: also
     write the advisor file; both files are written completely, then named one right after the other
-    (advisor first), so a kill leaves both or neither (docs/reliability.md "Outputs")."""
+    (advisor first), so a kill leaves both or neither (docs/reliability.md "Outputs"). ``keep_tables=False``:
+    the result holds :meth:`Report.slim` (enough for the console summary; the advice is computed here) instead
+    of the whole report, unless the advisor failed here (the CLI then runs it again on the whole report)."""
     start = time.perf_counter()
     if job.out_sub:
         out_dir = ensure_output_dir(os.path.join(out_dir, job.out_sub))
@@ -265,6 +268,14 @@ def run_job(cfg: CompareConfig, job: RankJob, out_dir: str, ts: str,
             written = written.commit()
         else:
             advisor_path, written = commit_together([pending, written])
+    elif advisor and not keep_tables:
+        # graph/pynative layout: the CLI writes the advisor files, from the advice computed here on the whole report
+        from msprobe.core.advisor.advisor import advise
+
+        try:
+            advice = advise(rep, label=job.label)
+        except Exception:  # noqa: BLE001 - reported by the CLI, which runs the advisor again
+            advice = None
     if rep.layer_rows is not None:
         from msprobe.core.compare.mapping import write_data_mapping
 
@@ -273,6 +284,8 @@ def run_job(cfg: CompareConfig, job: RankJob, out_dir: str, ts: str,
         log.info("layer mapping: %d rows paired; saved as %s (reusable with -dm)", len(rep.layer_rows), side)
     if progress:
         progress("write", rep.rows, rep.rows, "rows", os.path.basename(written))
+    if not keep_tables and (not advisor or advice is not None):
+        rep = rep.slim()
     return RankResult(job.label, written, rep, time.perf_counter() - start, job.target_json, job.golden_json,
                       job.out_sub, advice, advisor_path)
 
@@ -291,8 +304,12 @@ def _end(bar, ok: bool) -> None:
         end()
 
 
-def run_compare(cfg: CompareConfig, progress_factory=None, advisor: bool = False) -> List[RankResult]:
+def run_compare(cfg: CompareConfig, progress_factory=None, advisor: bool = False,
+                keep_tables: bool = True) -> List[RankResult]:
     """Plan, run every rank (in parallel processes when there are several), write the reports.
+
+    ``keep_tables=False``: each result holds the slim report (:meth:`Report.slim`, see :func:`run_job`), so
+    memory does not grow with the number of ranks; ``msprobe compare`` keeps the whole tables only for -da.
 
     ``progress_factory(label)`` gives each rank's progress callable (msprobe.core.progress.Progress.job).
     ``advisor``: each report is named together with its advisor file (see :func:`run_job`).
@@ -309,10 +326,11 @@ def run_compare(cfg: CompareConfig, progress_factory=None, advisor: bool = False
     try:
         if len(jobs) == 1 or workers <= 1:
             for i, job in enumerate(jobs):
-                results.append(run_job(cfg, job, out_dir, ts, progress=bars.get(i), advisor=advisor))
+                results.append(run_job(cfg, job, out_dir, ts, progress=bars.get(i), advisor=advisor,
+                                       keep_tables=keep_tables))
                 _end(bars.get(i), True)
             return results
-        return _run_parallel(cfg, jobs, out_dir, ts, workers, bars, results, advisor)
+        return _run_parallel(cfg, jobs, out_dir, ts, workers, bars, results, advisor, keep_tables)
     except BaseException:
         for bar in bars.values():
             if not getattr(bar, "finished", False):
@@ -328,14 +346,14 @@ def run_compare(cfg: CompareConfig, progress_factory=None, advisor: bool = False
         raise
 
 
-def _run_parallel(cfg, jobs, out_dir, ts, workers, bars, results, advisor=False):
+def _run_parallel(cfg, jobs, out_dir, ts, workers, bars, results, advisor=False, keep_tables=True):
     """Ranks in worker processes (msprobe.core.procpool): their progress comes back as events; Ctrl-C or a
     failing rank terminates the others at once, and their temporary and finished files are removed."""
     from msprobe.core.procpool import run_tasks
 
     def task(job, emit):
         return run_job(cfg, job, out_dir, ts, progress=lambda stage, done=0, total=None, unit=None, detail=None:
-                       emit(stage, done, total, unit, detail), advisor=advisor)
+                       emit(stage, done, total, unit, detail), advisor=advisor, keep_tables=keep_tables)
 
     def on_event(i, *args):
         bar = bars.get(i)
