@@ -26,7 +26,15 @@ COMMANDS = {
                                              "unless --file_type is given)"),
     "merge_result": ("msprobe.cli.merge_result", "gather chosen APIs and compare indexes of every rank's compare report into one .xlsx"),
     "op_generate": ("msprobe.cli.op_generate", "write a standalone script that reproduces one API and judges its precision"),
+    "run_ut": ("msprobe.cli.run_ut", "pre-check every API of a dump: re-run each alone, judge it against a CPU benchmark"),
+    "multi_run_ut": ("msprobe.cli.multi_run_ut", "run_ut spread over several processes / devices (-n)"),
+    "acc_check": ("msprobe.cli.acc_check", "the reference's 26.x name of run_ut (framework read from the dump)"),
+    "multi_acc_check": ("msprobe.cli.multi_acc_check", "the reference's 26.x name of multi_run_ut"),
+    "api_precision_compare": ("msprobe.cli.api_precision_compare", "judge a device's run_ut details against a GPU's "
+                                                                   "(api_precision_compare_result/details csv)"),
     "code_mapping": ("msprobe.cli.code_mapping", "link MindSpore static-graph dump files to IR nodes, scopes and source lines (.csv)"),
+    "nan_analyze": ("msprobe.cli.nan_analyze", "find the rank and op that made the first NaN/inf of a multi-rank step"),
+    "overflow_check": ("msprobe.cli.nan_analyze", "the reference's 26.x name of 'nan_analyze'"),
 }
 
 FRAMEWORKS = ("pytorch", "mindspore")
