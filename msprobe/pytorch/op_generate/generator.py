@@ -18,6 +18,7 @@ import orjson
 
 from msprobe.core.errors import MsprobeError
 from msprobe.core.acc_check import standards
+from msprobe.core.acc_check.plan import absolute_data_names, tensor_dir
 from msprobe.core.fileio import atomic_write, check_path, ensure_output_dir, load_dump_json, load_json, safe_name
 
 CONFIG_KEYS = ("dump_json_path", "api_name", "extract_api_path", "propagation", "data_mode", "random_seed", "iter_times")
@@ -115,27 +116,8 @@ def load_config(config_path: str, output_dir: str) -> OpGenConfig:
 
 # ---- extraction ----
 
-def _tensor_dir(dump: dict, dump_json_path: str) -> str:
-    """Where the dump's .pt files are: dump_data_dir when it exists, else dump_tensor_data beside dump.json
-    (a dump copied to another machine keeps the old absolute dump_data_dir)."""
-    recorded = dump.get("dump_data_dir")
-    if isinstance(recorded, str) and recorded and os.path.isdir(recorded):
-        return recorded
-    return os.path.join(os.path.dirname(os.path.abspath(dump_json_path)), "dump_tensor_data")
-
-
-def _absolute_data_names(obj: Any, directory: str) -> Any:
-    if isinstance(obj, dict):
-        out = {}
-        for k, v in obj.items():
-            if k == "data_name" and isinstance(v, str) and v and not os.path.isabs(v):
-                out[k] = os.path.join(directory, v)
-            else:
-                out[k] = _absolute_data_names(v, directory)
-        return out
-    if isinstance(obj, list):
-        return [_absolute_data_names(v, directory) for v in obj]
-    return obj
+# where the .pt files are, tensor paths made absolute: shared with the accuracy pre-check
+_tensor_dir, _absolute_data_names = tensor_dir, absolute_data_names
 
 
 def extract(cfg: OpGenConfig) -> Dict[str, dict]:

@@ -1,0 +1,76 @@
+"""Pre-check every API of a dump: re-run each alone on the device and as a CPU benchmark in higher
+precision, judge it by its precision standard, write accuracy_checking_result/details_{ts}.csv.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+EPILOG = """examples:
+  msprobe -f pytorch run_ut -api_info dump/step0/rank0/dump.json -o out
+  msprobe -f pytorch run_ut -api_info dump.json -o out -j 2 -save_error_data
+  msprobe -f pytorch run_ut -api_info dump.json -csv_path out/accuracy_checking_result_20250101120000.csv   (resume)
+  msprobe acc_check -api_info dump.json -o out                                        (26.x spelling)
+
+Inputs come from the recorded tensors of a "tensor" dump, else are drawn from the statistics (Max/Min/Mean/Norm).
+APIs that cannot be re-run alone (communication, random, uninitialised, unsupported dtypes, no data) are
+written as SKIP with the reason. Exit status: 0 when the run completed (whatever the verdicts), 2 on bad input.
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser, multi: bool = False) -> None:
+    p.add_argument("-api_info", "--api_info_file", dest="api_info_file", default="", metavar="DUMP_JSON",
+                   help="dump.json of a level L1 dump (statistics or tensor)")
+    p.add_argument("-o", "--out_path", dest="output_path", default="./", metavar="DIR",
+                   help="folder of the result/details CSVs (default ./; created)")
+    p.add_argument("-save_error_data", dest="save_error_data", action="store_true",
+                   help="save the inputs and outputs of APIs that do not pass as .pt files (ut_error_data{ts}/)")
+    p.add_argument("-j", dest="jobs", nargs="?", type=int, const=0, default=None, metavar="N",
+                   help="-j N: run the APIs in N processes (default 1). A bare -j is the reference's --jit_compile")
+    p.add_argument("--jit_compile", dest="jit_compile", action="store_true",
+                   help="NPU only: torch.npu.set_compile_mode(jit_compile=True)")
+    p.add_argument("-d", "--device", dest="device_id", nargs="+", type=int, default=[0], metavar="ID",
+                   help="device ids (NPU or CUDA; ignored on a CPU-only machine); processes take them in turn")
+    p.add_argument("-csv_path", "--result_csv_path", dest="result_csv_path", default=None, metavar="RESULT_CSV",
+                   help="resume an interrupted run: its accuracy_checking_result_{ts}.csv (APIs in it are not run again)")
+    p.add_argument("-f", "--filter_api", dest="filter_api", action="store_true",
+                   help="run only the first of calls of an API with the same arguments (Max/Min aside)")
+    p.add_argument("-config", "--config_path", dest="config_path", default=None, metavar="CONFIG_JSON",
+                   help="config.json whose \"run_ut\" block gives white_list, black_list, error_data_path")
+    if multi:
+        p.add_argument("-n", "--num_splits", dest="num_splits", type=int, default=8, choices=range(1, 65),
+                       metavar="N", help="Number of splits for parallel processing. Range: 1-64 (default 8; at most "
+                                         "8 per device)")
+    p.add_argument("--timeout", dest="timeout", type=float, default=300.0, metavar="SECONDS",
+                   help="time limit of one API (default 300); a slower one is stopped and written as SKIP")
+    p.add_argument("--data_mode", dest="data_mode", choices=("auto", "random_data", "real_data"), default="auto",
+                   help="auto (default): the recorded tensors when the dump has them, else random data from statistics")
+    p.add_argument("-q", "--quiet", dest="quiet", action="store_true", help="no live progress display")
+
+
+def options(args: argparse.Namespace, command: str):
+    from msprobe.core.acc_check.runner import Options
+    from msprobe.core.errors import MsprobeError
+
+    if not args.api_info_file:
+        raise MsprobeError("Please provide api_info_file for offline run ut. (-api_info dump.json)")
+    jobs = args.jobs if args.jobs else 1
+    if jobs < 0:
+        raise MsprobeError(f"-j: the number of processes must be >= 1, not {args.jobs}")
+    if getattr(args, "num_splits", None):
+        jobs = min(args.num_splits, 8 * len(args.device_id))
+    return Options(api_info=args.api_info_file, out_path=args.output_path, save_error_data=args.save_error_data,
+                   jobs=jobs, devices=list(args.device_id), csv_path=args.result_csv_path, filter_api=args.filter_api,
+                   config=args.config_path, timeout=args.timeout, data_mode=args.data_mode,
+                   jit_compile=bool(args.jit_compile or args.jobs == 0), command=command, quiet=args.quiet)
+
+
+def run(args: argparse.Namespace) -> int:
+    from msprobe.core.acc_check.runner import run as run_check
+    from msprobe.core.errors import MsprobeError
+
+    if args.framework == "mindspore":
+        raise MsprobeError(f"{args.command}: the MindSpore pre-check is not available in this msprobe; "
+                           f"PyTorch dumps only (-f pytorch)")
+    run_check(options(args, args.command))
+    return 0

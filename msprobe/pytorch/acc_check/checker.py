@@ -1,0 +1,249 @@
+"""Check one API of a dump on PyTorch: the op_generate runtime rebuilds its inputs, runs it forward and
+backward on the device and as the CPU benchmark in higher precision, and judges every output by its
+precision standard; the result becomes the rows of accuracy_checking_result/details.
+
+Runs inside the worker processes of :mod:`msprobe.core.acc_check.pool` (``make_checker`` is the target).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from msprobe.core.acc_check.results import STATUS
+from msprobe.core.errors import MsprobeError
+from msprobe.pytorch.op_generate import runtime as rt
+from msprobe.pytorch.op_generate.generator import case_from_records, runtime_values, standard_of
+
+#: our metric names -> the details CSV's columns
+COLUMNS = {"Error Rate": "二进制一致错误率", "Relative Error Ratio": "相对误差错误率", "Absolute Error Ratio": "绝对误差错误率",
+           "Maximum ULP Error": "ULP误差最大值", "Mean ULP Error": "ULP误差平均值", "ULP Error Proportion": "ULP误差大于阈值占比",
+           "Thousandth ratio": "双千指标", "Small Value Error Proportion": "小值域错误占比",
+           "Maximum Relative Error": "相对误差最大值", "Mean Relative Error": "相对误差平均值",
+           "Root Mean Squared Error": "均方根误差", "Error Balance": "误差均衡性"}
+LOW = (torch.float16, torch.bfloat16)
+
+
+def pick_device(ids: List[int], k: int) -> str:
+    """The device of worker k: an NPU, else CUDA, else the CPU (ids from -d, one per worker in turn)."""
+    dev_id = ids[k % len(ids)] if ids else 0
+    try:
+        import torch_npu  # noqa: F401
+
+        if torch.npu.is_available():
+            return f"npu:{dev_id}"
+    except Exception:  # noqa: BLE001 - no usable torch_npu
+        pass
+    if torch.cuda.is_available():
+        return f"cuda:{dev_id}"
+    return "cpu"
+
+
+def make_checker(init: Dict[str, Any], k: int):
+    """The worker's check(task) function (see msprobe.core.acc_check.runner for the task and result)."""
+    workers = max(1, int(init.get("workers") or 1))
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+    device = pick_device(init.get("devices") or [0], k)
+    if device.startswith("npu"):
+        torch.npu.set_device(device)
+        try:
+            torch.npu.set_compile_mode(jit_compile=bool(init.get("jit_compile")))
+        except Exception:  # noqa: BLE001 - older torch_npu
+            pass
+    elif device.startswith("cuda"):
+        torch.cuda.set_device(device)
+    checker = Checker(device, bool(init["real_data"]), init.get("error_dir"), int(init.get("seed", 1234)),
+                      init["dump_json"])
+    return checker.check
+
+
+def _skip(message: str) -> Dict:
+    return {"forward": "SKIP", "backward": "SKIP", "message": message, "details": []}
+
+
+class Checker:
+    def __init__(self, device: str, real_data: bool, error_dir: Optional[str], seed: int, dump_json: str):
+        self.device, self.real, self.error_dir, self.seed, self.dump_json = device, real_data, error_dir, seed, dump_json
+
+    def check(self, task: Dict) -> Dict:
+        name = task["name"]
+        with_bwd = task.get("backward") is not None and not task.get("backward_skip")
+        entries = {f"{name}.forward": task["forward"]}
+        if with_bwd:
+            entries[f"{name}.backward"] = task["backward"]
+        mode = "real_data" if self.real else "random_data"
+        try:
+            case = case_from_records(self.dump_json, entries, "both" if with_bwd else "forward", mode, self.seed)
+        except MsprobeError as exc:
+            return _skip(f"{exc}. SKIP.")
+        ns = vars(rt)
+        std = standard_of(case.func)
+        spec = dict(FULL_NAME=name, API=(case.kind, case.func), PROPAGATION="both" if with_bwd else "forward",
+                    STANDARD=std, DATA_MODE=mode, SEED=self.seed, ITER_TIMES=1, AUTOCAST=case.autocast,
+                    ARGS=runtime_values(case.args, ns), KWARGS=runtime_values(case.kwargs, ns),
+                    GRADS=runtime_values(case.grads, ns), RECORDED_OUTPUTS=runtime_values(case.outputs, ns))
+        try:
+            fn, autocast, bdtype, raise_dtype = rt.setup(spec)
+        except (AttributeError, ValueError) as exc:
+            return _skip(f"API {name} cannot be called with this torch ({type(exc).__name__}: {exc}). SKIP.")
+        bwd_note = task.get("backward_skip") or ""
+        runs, failure = self._run(spec, fn, autocast, bdtype, raise_dtype, spec["PROPAGATION"])
+        if failure and with_bwd:  # the backward may be what failed: keep the forward
+            spec["PROPAGATION"] = "forward"
+            runs, failure2 = self._run(spec, fn, autocast, bdtype, raise_dtype, "forward")
+            if failure2 is None:
+                bwd_note, failure, with_bwd = f"backward failed: {failure}", None, False
+            else:
+                failure = failure2
+        if failure:
+            return _skip(f"Run {name} UT Error: {failure}")
+        if with_bwd:
+            dev = runs["device"]
+            fwd_d, bwd_d = dev
+            fwd_b, bwd_b = runs["bench"]
+            fwd_r, bwd_r = runs["reference"]
+        else:
+            fwd_d, fwd_b, fwd_r = runs["device"], runs["bench"], runs["reference"]
+            bwd_d = bwd_b = bwd_r = None
+        details = self._compare(f"{name}.forward", std, fwd_d, fwd_b, fwd_r, autocast)
+        forward = _worst([d["Status"] for d in details])
+        backward = " "
+        if bwd_d is not None and bwd_b is not None:
+            bd = self._compare(f"{name}.backward", std, bwd_d, bwd_b, bwd_r, autocast)
+            details += bd
+            backward = _worst([d["Status"] for d in bd])
+        elif task.get("backward") is not None and bwd_note:
+            backward = "SKIP"
+        message = bwd_note if backward == "SKIP" else ""
+        if self.error_dir and (forward not in ("pass", "SKIP") or backward not in ("pass", " ", "SKIP")):
+            self._save_error_data(name, spec, (fwd_d, fwd_b), (bwd_d, bwd_b))
+        return {"forward": forward, "backward": backward, "message": message, "details": details}
+
+    # ------------------------------------------------------------------ running
+    def _make(self, seed: int):
+        if self.real:
+            return rt.load_tensor
+        gen = torch.Generator().manual_seed(seed)
+        return lambda s: rt.random_tensor(s, gen)
+
+    def _run(self, spec, fn, autocast, bdtype, raise_dtype, propagation):
+        torch.manual_seed(self.seed)
+        try:
+            runs = rt.run_iteration(spec, fn, self.device, self._make(self.seed), self.seed, autocast, bdtype,
+                                    raise_dtype, propagation)
+            return runs, None
+        except rt.RunFailed as failed:
+            text = str(failed.exc).strip().splitlines()[0] if str(failed.exc).strip() else ""
+            return None, f"the {failed.label} run on {failed.device} failed: {type(failed.exc).__name__}: {text}"
+        except SystemExit as exc:  # the runtime's one-line errors (missing tensor file, unmatched gradients)
+            return None, str(exc.code).replace("error: ", "", 1)
+
+    # ------------------------------------------------------------------ judging
+    def _compare(self, prefix: str, std: str, dev, bench, ref, autocast) -> List[Dict]:
+        if len(dev) != len(bench):
+            return [{"API Name": f"{prefix}.output.0", "Status": "error",
+                     "Message": f"the device gave {len(dev)} outputs, the benchmark {len(bench)}"}]
+        rows = []
+        for k, (d, b) in enumerate(zip(dev, bench)):
+            r = ref[k] if (self.device != "cpu" and ref and k < len(ref)) else None
+            rows.append(detail_row(f"{prefix}.output.{k}", rt.assess_output(std, d, b, r, autocast), d, b))
+        return rows
+
+    def _save_error_data(self, name: str, spec: Dict, fwd, bwd) -> None:
+        """Inputs (rebuilt with the same seed) and outputs of a failing API as .pt files."""
+        make = self._make(self.seed)
+        args = rt.materialise(spec["ARGS"], make)
+        kwargs = rt.materialise(spec["KWARGS"], make)
+        grads = rt.materialise(spec["GRADS"], make)
+        groups = [("forward.input", rt.flatten([args, list(kwargs.values())])),
+                  ("forward.output.bench", fwd[1]), ("forward.output.device", fwd[0])]
+        if bwd[0] is not None:
+            groups += [("backward.input", rt.flatten(grads)), ("backward.output.bench", bwd[1]),
+                       ("backward.output.device", bwd[0])]
+        for label, values in groups:
+            for k, t in enumerate(values or []):
+                if isinstance(t, torch.Tensor):
+                    torch.save(t.detach().cpu().contiguous(), os.path.join(self.error_dir, f"{name}.{label}.{k}.pt"))
+
+
+def _worst(statuses: List[str]) -> str:
+    rank = {"SKIP": 0, "pass": 1, "Warning": 2, "error": 3}
+    real = [s for s in statuses if s != "SKIP"]
+    return max(real, key=rank.get) if real else "SKIP"
+
+
+def _dtype_text(v) -> str:
+    if isinstance(v, torch.Tensor):
+        return str(v.dtype)
+    return str(type(v)) if v is not None else " "
+
+
+def detail_row(api_name: str, res: Dict, d, b) -> Dict:
+    """One details CSV row (column -> value) from runtime.assess_output, plus the legacy metrics."""
+    row: Dict[str, Any] = {"API Name": api_name, "Bench Dtype": _dtype_text(b), "DEVICE Dtype": _dtype_text(d)}
+    if isinstance(d, torch.Tensor):
+        row["Shape"] = str(tuple(d.shape))
+    if "rows" not in res:  # decided before any metric
+        msg = res["message"]
+        if d is None and b is None:
+            return dict(row, Status="SKIP", Message="Bench output is None, skip this test.")
+        status = STATUS[res["verdict"]]
+        if status == "pass" and not isinstance(d, torch.Tensor):
+            row["二进制一致错误率"] = 0.0
+        return dict(row, Status=status, Message=msg)
+    dev, ben = res["device"], res["bench"]
+    if dev.is_floating_point():
+        row.update(legacy_metrics(dev, ben, res["judged"]))
+    m = res["metrics"]
+    for key, col in COLUMNS.items():
+        if key in m:
+            row[col] = float(m[key])
+    if res["standard"] == "absolute" and "Inf/NaN Mismatch Proportion" in m:
+        row["inf/nan错误率"] = float(m["Inf/NaN Mismatch Proportion"])
+    status = STATUS[res["verdict"]]
+    row["Status"] = status
+    lines, worst_sev = [], -1.0
+    for metric, value, ratio, verdict in res["rows"]:
+        if verdict in ("error", "warning"):
+            lines.append(f"{metric} {_num(value)}" + (f" (ratio {_num(ratio)})" if ratio != "" else "") + f": {verdict}")
+            sev = float(ratio) if ratio != "" else float(value)
+            sev = sev if math.isfinite(sev) else 1e300
+            if sev > worst_sev:
+                worst_sev = sev
+                row.update(_metric=metric, _value=float(value), _ratio=float(ratio) if ratio != "" else None)
+    row["_std"] = res["standard"]
+    row["_severity"] = worst_sev
+    standard = rt.STANDARD_TITLES[res["standard"]]
+    row["Message"] = f"{standard}: " + ("; ".join(lines) if lines else "every metric passes")
+    return row
+
+
+def _num(v) -> str:
+    return f"{v:.6g}" if isinstance(v, float) else str(v)
+
+
+def legacy_metrics(d: torch.Tensor, b: torch.Tensor, judged) -> Dict[str, Optional[float]]:
+    """The reference's single-run indicators (cosine, max abs error, 双百/双千/双万), for information."""
+    d64, b64 = d.detach().double().flatten(), b.detach().double().flatten()
+    ae = (d64 - b64).abs()
+    eps = 2.0 ** -8 if judged == torch.bfloat16 else torch.finfo(b.dtype).eps if b.is_floating_point() else 2.0 ** -23
+    rel = ae / (b64.abs() + eps)
+    n = d64.numel()
+    out: Dict[str, Optional[float]] = {"最大绝对误差": float(ae.max()) if n else None}
+    if n > 1:
+        dm, bm = d64.abs().max(), b64.abs().max()
+        if torch.isfinite(dm) and torch.isfinite(bm) and dm > 0 and bm > 0:
+            dn, bn = d64 / dm, b64 / bm
+            cos = float((dn * bn).sum() / (dn.norm() * bn.norm()))
+            out["余弦相似度"] = max(-1.0, min(1.0, cos))
+    ratio = lambda t: float((rel < t).sum()) / n if n else 1.0  # noqa: E731
+    if judged in LOW:
+        out["双百指标"] = ratio(0.01)
+        out["双千指标"] = ratio(0.001)
+    else:
+        out["双千指标"] = ratio(0.001)
+        out["双万指标"] = ratio(0.0001)
+    return out
