@@ -69,3 +69,59 @@ def test_da_keeps_the_whole_tables(tmp_path):
     t, g = _pair("multirank_mlp_bf16_stat_mix")
     res = _run(t, g, tmp_path, keep_tables=True)
     assert all(not r.report.is_slim and all(c is not None for c in r.report.columns) for r in res)
+
+
+def _sheets(path):
+    import zipfile
+
+    with zipfile.ZipFile(path) as z:
+        return {n: z.read(n) for n in z.namelist() if n.startswith("xl/")}
+
+
+@pytest.mark.parametrize("case", ["mlp_bf16_stat_mix", "cnn_fp16_tensor_mix"])
+def test_chunk_sizes_do_not_change_the_report(tmp_path, monkeypatch, case):
+    """The cells are made a few rows at a time (ChunkedColumn) while the writers take the report in chunks:
+    tiny chunks everywhere give the same csv bytes and the same workbook as the defaults."""
+    from msprobe.core.io import columns, csvfile, xlsx
+
+    t, g = _pair(case)
+    whole_csv = _run(t, g, tmp_path / "a", keep_tables=True, advisor=False)[0].path
+    whole_xlsx = _run(t, g, tmp_path / "b", keep_tables=True, advisor=False, fmt="xlsx")[0].path
+    monkeypatch.setattr(csvfile, "CSV_CHUNK_ROWS", 3)
+    monkeypatch.setattr(xlsx, "CHUNK_ROWS", 5)
+    monkeypatch.setattr(columns, "ITER_ROWS", 2)
+    small_csv = _run(t, g, tmp_path / "c", keep_tables=True, advisor=False)[0].path
+    small_xlsx = _run(t, g, tmp_path / "d", keep_tables=True, advisor=False, fmt="xlsx")[0].path
+    assert _bytes(small_csv) == _bytes(whole_csv)
+    assert _sheets(small_xlsx) == _sheets(whole_xlsx)
+
+
+def test_statistics_report_keeps_numbers_not_cells():
+    """Max/Min/Mean/L2norm diff, the relative errors and the NPU/Bench statistics are ChunkedColumns; any
+    row range of one gives the cells the whole column gives (those of stats.stat_diffs_parsed)."""
+    from msprobe.core.compare import stats as st
+    from msprobe.core.compare.engine import STAT_DIFF, SUMMARY, compare_dumps
+    from msprobe.core.io.columns import ChunkedColumn
+
+    root = fixtures_or_skip() / "mlp_bf16_stat_mix"
+    t, g = (str(root / s / "step0" / "rank" / "dump.json") for s in ("target", "golden"))
+    rep = compare_dumps(CompareConfig(target=t, golden=g), t, g)
+    lazy = [h for h, c in zip(rep.header, rep.columns) if isinstance(c, ChunkedColumn)]
+    assert lazy == STAT_DIFF + SUMMARY
+    for h in lazy:
+        col = rep.columns[rep.header.index(h)]
+        whole = col.tolist()
+        assert len(whole) == rep.rows == len(col)
+        assert [col[i] for i in range(rep.rows)] == whole == list(col)
+        assert sum((col[a:a + 7] for a in range(0, rep.rows, 7)), []) == whole
+        assert pickle.loads(pickle.dumps(col)) == whole
+    # the cells are the whole path's: recompute Max diff / MaxRelativeErr from the statistics cells
+    npu, bench = (rep.columns[rep.header.index(h)].tolist() for h in ("NPU max", "Bench max"))
+    matched = rep.columns[rep.header.index("Bench Name")]
+    import numpy as np
+
+    ok = np.array([b != "N/A" for b in matched])
+    dc, rc, _, _, _ = st.stat_diffs(npu, [None if not m else b for b, m in zip(bench, ok.tolist())], ok)
+    assert rep.columns[rep.header.index("Max diff")] == dc
+    assert rep.columns[rep.header.index("MaxRelativeErr")] == rc
+    assert any(isinstance(v, float) for v in dc) and any(v.endswith("%") for v in rc)

@@ -13,6 +13,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from msprobe.core.compare import stats as st
+from msprobe.core.io.columns import materialise
 
 MODE_STATISTICS = "statistics"
 MODE_MD5 = "md5"
@@ -96,7 +97,7 @@ class OpTable:
     # ------------------------------------------------------------------ columns
     def col(self, name: str) -> Optional[list]:
         i = self._idx.get(name)
-        return None if i is None else self.report.columns[i]
+        return None if i is None else materialise(self.report.columns[i])  # a ChunkedColumn -> its list
 
     def has(self, name: str) -> bool:
         return name in self._idx

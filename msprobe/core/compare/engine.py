@@ -17,6 +17,7 @@ from msprobe.core.compare.config import CompareConfig
 from msprobe.core.compare.match import Matches, match_exact, match_fuzzy, match_mapped
 from msprobe.core.dump.reader import MODE_MD5, MODE_STATISTICS, MODE_TENSOR, NO_VALUE, DumpRows, dump_mode, read_dump
 from msprobe.core.errors import MsprobeError
+from msprobe.core.io.columns import ChunkedColumn, materialise
 
 log = logging.getLogger("msprobe")
 
@@ -270,15 +271,21 @@ def _rg_consistent(t: DumpRows, g: DumpRows, m: Matches) -> Tuple[list, np.ndarr
     return cells, bad
 
 
-def _summary_cols(t: DumpRows, g: DumpRows, m: Matches):
-    tv = [_take(col, m.target) for col in (t.stat_max, t.stat_min, t.stat_mean, t.stat_norm)]
-    gv = [_take(col, m.golden, fill=None) for col in (g.stat_max, g.stat_min, g.stat_mean, g.stat_norm)]
+def _summary_cols(t: DumpRows, g: DumpRows, m: Matches) -> List[ChunkedColumn]:
+    """The NPU/Bench max/min/mean/l2norm cells (st.display of the dump's values; 'N/A' on unmatched golden
+    cells), made a row range at a time from the dump's own value lists."""
     matched = m.matched
-    shown_g = []
-    for col in gv:
-        disp = st.display(col)
-        shown_g.append([v if ok else NA for v, ok in zip(disp, matched.tolist())])
-    return tv, gv, [st.display(c) for c in tv] + shown_g
+
+    def column(raw: list, idx: np.ndarray, golden: bool) -> ChunkedColumn:
+        def make(a: int, b: int) -> list:
+            disp = st.display(_take(raw, idx[a:b], fill=None) if golden else _take(raw, idx[a:b]))
+            if golden:
+                disp = [v if ok else NA for v, ok in zip(disp, matched[a:b].tolist())]
+            return disp
+        return ChunkedColumn(len(idx), make)
+
+    return ([column(c, m.target, False) for c in (t.stat_max, t.stat_min, t.stat_mean, t.stat_norm)]
+            + [column(c, m.golden, True) for c in (g.stat_max, g.stat_min, g.stat_mean, g.stat_norm)])
 
 
 def _nonfinite(*cols) -> np.ndarray:
@@ -301,15 +308,16 @@ def _number_mask(col) -> Tuple[np.ndarray, np.ndarray]:
     return vals, ok
 
 
-def _highlight(t: DumpRows, m: Matches, tv, summary_cells, max_diff_cells, rg_bad, msg, **mode_cols):
-    """Colour the rows and append the highlight messages; mode_cols: rel (statistics) or
-    one_thousandth + cosine (tensor)."""
-    _, nmax_ok = _number_mask(summary_cells[0])
-    _, bmax_ok = _number_mask(summary_cells[4])
-    md_vals, md_ok = _number_mask(max_diff_cells)
+def _highlight(t: DumpRows, m: Matches, summary_cells, max_diff, rg_bad, msg, **mode_cols):
+    """Colour the rows and append the highlight messages; max_diff: the Max diff / MaxAbsErr cells, or their
+    (values, is-a-number) arrays; mode_cols: rel (statistics) or one_thousandth + cosine (tensor)."""
+    _, nmax_ok = _number_mask(materialise(summary_cells[0]))
+    _, bmax_ok = _number_mask(materialise(summary_cells[4]))
+    md_vals, md_ok = max_diff if isinstance(max_diff, tuple) else _number_mask(max_diff)
     h = hl.HighlightInput(
         api=_take(t.api, m.target), state=_take(t.state, m.target),
-        npu_nonfinite=_nonfinite(tv[0], tv[1]), npu_max_num=nmax_ok, bench_max_num=bmax_ok,
+        npu_nonfinite=_nonfinite(_take(t.stat_max, m.target), _take(t.stat_min, m.target)),
+        npu_max_num=nmax_ok, bench_max_num=bmax_ok,
         max_diff=md_vals, max_diff_num=md_ok, rg_inconsistent=rg_bad, **mode_cols,
     )
     styles, hmsgs = hl.highlight(h, tensor_mode="cosine" in mode_cols)
@@ -393,20 +401,18 @@ def _verdict_notes(msg: List[str], j: vd.Judgement, flagged: np.ndarray, ref_msg
 
 def _statistics(cfg: CompareConfig, t: DumpRows, g: DumpRows, m: Matches) -> Report:
     header, cols = _basic(t, g, m)
-    tv, gv, summary_cells = _summary_cols(t, g, m)
+    summary_cells = _summary_cols(t, g, m)
     matched = m.matched
-    diff_cells, rel_cells, diffs, rels, warns = [], [], [], [], []
     if t.parsed is None or g.parsed is None:
         t.parsed = [st.parsed_stats(c) for c in (t.stat_max, t.stat_min, t.stat_mean, t.stat_norm)]
         g.parsed = [st.parsed_stats(c) for c in (g.stat_max, g.stat_min, g.stat_mean, g.stat_norm)]
-    for k in range(4):
-        dc, rc, dv, rv, w = st.stat_diffs_parsed(_take_parsed(t.parsed[k], m.target), _take_parsed(g.parsed[k], m.golden), matched)
-        diff_cells.append(dc)
-        rel_cells.append(rc)
-        diffs.append(dv)
-        rels.append(rv)
-        warns.append(w)
-    warn = warns[0] | warns[1] | warns[2] | warns[3]
+    # the differences and relative errors stay arrays; their cells are made while the report is written
+    sd = [st.StatDiff(_take_parsed(t.parsed[k], m.target), _take_parsed(g.parsed[k], m.golden), matched)
+          for k in range(4)]
+    n = len(m)
+    diff_cells = [ChunkedColumn(n, d.diff_cells) for d in sd]
+    rel_cells = [ChunkedColumn(n, d.rel_cells) for d in sd]
+    warn = sd[0].warn | sd[1].warn | sd[2].warn | sd[3].warn
     rg_cells, rg_bad = _rg_consistent(t, g, m)
     j = _judge(t, g, m, cols, rg_bad=rg_bad)
     msg = [("" if ok else MSG_UNMATCHED) + (MSG_WARN if w else "") + (MSG_RG if bad else "")
@@ -416,7 +422,8 @@ def _statistics(cfg: CompareConfig, t: DumpRows, g: DumpRows, m: Matches) -> Rep
     result = [("Warning" if w else "") if ok else NA for w, ok in zip(flagged_v.tolist(), matched.tolist())]
     ref_styles, ref_msgs = None, None
     if cfg.highlight:
-        ref_styles, ref_msgs = _highlight(t, m, tv, summary_cells, diff_cells[0], rg_bad, [""] * len(msg), rel=rels[0])
+        ref_styles, ref_msgs = _highlight(t, m, summary_cells, (sd[0].diff_values, sd[0].good.copy()), rg_bad,
+                                          [""] * len(msg), rel=sd[0].rel_fraction)
     ref_flag = warn | (ref_styles > 0 if ref_styles is not None else False)
     msg = _verdict_notes(msg, j, ref_flag, ref_msgs, "the reference's check divides a difference by a statistic near zero")
     header += STAT_DIFF + SUMMARY + ["Requires_grad Consistent", "Result", "Err_message"]
@@ -451,7 +458,7 @@ def _md5(cfg: CompareConfig, t: DumpRows, g: DumpRows, m: Matches) -> Report:
 
 def _tensor(cfg, t: DumpRows, g: DumpRows, m: Matches, target_json, golden_json, loader, tick) -> Report:
     header, cols = _basic(t, g, m)
-    tv, gv, summary_cells = _summary_cols(t, g, m)
+    summary_cells = _summary_cols(t, g, m)
     n = len(m)
     tdir = os.path.join(os.path.dirname(target_json), "dump_tensor_data")
     gdir = os.path.join(os.path.dirname(golden_json), "dump_tensor_data")
@@ -525,7 +532,7 @@ def _tensor(cfg, t: DumpRows, g: DumpRows, m: Matches, target_json, golden_json,
     j = _judge(t, g, m, cols, rg_bad=rg_bad, pos_mismatch=pos_mismatch)
     ref_styles, ref_msgs = None, None
     if cfg.highlight:
-        ref_styles, ref_msgs = _highlight(t, m, tv, summary_cells, metric_cols[2], rg_bad, [""] * n,
+        ref_styles, ref_msgs = _highlight(t, m, summary_cells, metric_cols[2], rg_bad, [""] * n,
                                           one_thousandth=_number_mask(metric_cols[4])[0], cosine=_number_mask(metric_cols[0])[0])
     no = np.array([a == "No" for a in accuracy], dtype=bool)
     ref_flag = no | (ref_styles > 0 if ref_styles is not None else False)

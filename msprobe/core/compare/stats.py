@@ -68,35 +68,67 @@ def stat_diffs_parsed(npu, bench, matched: np.ndarray):
     diff_values is float64 (NaN where not a number), rel_fraction = |diff/bench| (NaN where N/A),
     warn = the G8 magnitude warning ``|diff| / (|max(npu, bench)| + 1e-10) > 0.5``.
     """
-    n, n_ok, n_p = npu
-    b, b_ok, b_p = bench
-    usable = n_ok & b_ok & matched
-    # the denominator of the relative error is the exact value
-    with np.errstate(all="ignore"):
-        diff = np.where(usable, n_p - b_p, np.nan)
-        diff_nan = usable & np.isnan(diff)
-        good = usable & ~diff_nan
-        zero_bench = good & (b == 0)
-        rel_ok = good & ~zero_bench
-        rel = np.abs(diff / b * 100)
-        warn = good & (np.abs(diff) / (np.abs(np.maximum(n_p, b_p)) + 1e-10) > 0.5)
-    diff_cells: list = [NA] * len(n)
-    rel_cells: list = [NA] * len(n)
-    if good.any():
-        gi = np.nonzero(good)[0]
-        for i, v in zip(gi.tolist(), diff[gi].tolist()):
-            diff_cells[i] = v
-    if diff_nan.any():
-        for i in np.nonzero(diff_nan)[0].tolist():
-            diff_cells[i] = NAN_TEXT
-            rel_cells[i] = NAN_TEXT
-    if rel_ok.any():
-        ri = np.nonzero(rel_ok)[0]
-        for i, s in zip(ri.tolist(), float_strs(rel[ri])):
-            rel_cells[i] = s + "%"
-    diff_values = np.where(good, diff, np.nan)
-    rel_fraction = np.where(rel_ok, rel / 100.0, np.nan)
-    return diff_cells, rel_cells, diff_values, rel_fraction, warn
+    d = StatDiff(npu, bench, matched)
+    return d.diff_cells(0, d.n), d.rel_cells(0, d.n), d.diff_values, d.rel_fraction, d.warn
+
+
+class StatDiff:
+    """The difference and relative error of one statistic as arrays; the report's cells of any row range
+    are made from them (:meth:`diff_cells`, :meth:`rel_cells`), so a big report never holds all of them."""
+
+    __slots__ = ("n", "diff", "rel", "good", "diff_nan", "rel_ok", "warn")
+
+    def __init__(self, npu, bench, matched: np.ndarray):
+        n, n_ok, n_p = npu
+        b, b_ok, b_p = bench
+        usable = n_ok & b_ok & matched
+        # the denominator of the relative error is the exact value
+        with np.errstate(all="ignore"):
+            diff = np.where(usable, n_p - b_p, np.nan)
+            diff_nan = usable & np.isnan(diff)
+            good = usable & ~diff_nan
+            zero_bench = good & (b == 0)
+            rel_ok = good & ~zero_bench
+            rel = np.abs(diff / b * 100)
+            self.warn = good & (np.abs(diff) / (np.abs(np.maximum(n_p, b_p)) + 1e-10) > 0.5)
+        self.n = len(n)
+        self.diff, self.rel, self.good, self.diff_nan, self.rel_ok = diff, rel, good, diff_nan, rel_ok
+
+    @property
+    def diff_values(self) -> np.ndarray:
+        return np.where(self.good, self.diff, np.nan)
+
+    @property
+    def rel_fraction(self) -> np.ndarray:
+        return np.where(self.rel_ok, self.rel / 100.0, np.nan)
+
+    def diff_cells(self, a: int, b: int) -> list:
+        """Cells of rows a..b: the difference (float), 'Nan' where it is NaN, 'N/A' where not compared."""
+        cells: list = [NA] * (b - a)
+        good = self.good[a:b]
+        if good.any():
+            gi = np.nonzero(good)[0]
+            for i, v in zip(gi.tolist(), self.diff[a:b][gi].tolist()):
+                cells[i] = v
+        nan = self.diff_nan[a:b]
+        if nan.any():
+            for i in np.nonzero(nan)[0].tolist():
+                cells[i] = NAN_TEXT
+        return cells
+
+    def rel_cells(self, a: int, b: int) -> list:
+        """Cells of rows a..b: the relative error as 'x%' text (Python's repr of the float), 'Nan', 'N/A'."""
+        cells: list = [NA] * (b - a)
+        nan = self.diff_nan[a:b]
+        if nan.any():
+            for i in np.nonzero(nan)[0].tolist():
+                cells[i] = NAN_TEXT
+        ok = self.rel_ok[a:b]
+        if ok.any():
+            ri = np.nonzero(ok)[0]
+            for i, s in zip(ri.tolist(), float_strs(self.rel[a:b][ri])):
+                cells[i] = s + "%"
+        return cells
 
 
 def is_number(v) -> bool:

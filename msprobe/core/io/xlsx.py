@@ -97,6 +97,7 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
+from msprobe.core.io.columns import ChunkedColumn
 from msprobe.core.progress import count_rows
 
 __all__ = ["write_xlsx", "write_workbook", "RELATIVE_ERROR_COLUMNS"]
@@ -1064,7 +1065,9 @@ def _check_sheet_name(name: str) -> None:
 
 
 def _normalise_column(col: Any, nrows: int, index: int) -> Any:
-    if isinstance(col, np.ndarray):
+    if isinstance(col, ChunkedColumn):  # cells made a chunk at a time (col[a:b] -> list), never all at once
+        pass
+    elif isinstance(col, np.ndarray):
         if col.ndim != 1:
             raise ValueError(f"column {index} must be one-dimensional")
     elif not isinstance(col, list):
