@@ -178,8 +178,8 @@ class DumpLifecycle:
             return
         cfg = self.cfg
         if cfg.level == "debug":
-            self._open_step()
-            self._mark_recording()
+            if self._open_step_safely():
+                self._mark_recording()
             return
         self._check_start(model)
         it = self.current_iter
@@ -197,9 +197,21 @@ class DumpLifecycle:
         if not self.rank_ok:
             self._not_dumped()
             return
-        self._open_step()
+        if not self._open_step_safely():
+            self._not_dumped()
+            return
         self._mark_recording()
         self._begin(model)
+
+    def _open_step_safely(self) -> bool:
+        """Open the step's directory; a failure (permissions, a full disk) skips the dump of this step, logged
+        once, and never reaches the training."""
+        try:
+            self._open_step()
+            return True
+        except Exception as exc:  # noqa: BLE001 - start() is called by the training
+            self.errors.record("opening the step directory", exc)
+            return False
 
     def _open_step(self) -> None:
         it = self.current_iter
@@ -283,7 +295,11 @@ class DumpLifecycle:
         if not self.ended:
             self._flush()
         self._mark_complete()
-        self.collector.reset()
+        try:
+            self.collector.reset()
+        except Exception as exc:  # noqa: BLE001 - step() is called by the training: never raise into it
+            self.errors.record("step", exc)
+            self._guarded("step", self.collector._reset_step)    # at least: no record carried into the next step
         self._after_step()
         self.active_step = None
         self.loop += 1

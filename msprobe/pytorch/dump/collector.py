@@ -17,7 +17,7 @@ from msprobe.core.dump import writer as jw
 from msprobe.core.dump.collector_base import CollectorBase
 from msprobe.core.dump.records import builtin_record
 from msprobe.pytorch.tensor_io import save_tensor, tensor_file_name
-from msprobe.pytorch.dump.stats import StatBuffer, _plain, _tensor_type_name, crc32_deferred
+from msprobe.pytorch.dump.stats import StatBuffer, _plain, _tensor_type_name, crc32_deferred, readable
 
 MAX_DEPTH = 400
 FLUSH_STATS_EVERY = 4096     # pending tensors: resolve statistics so device scalars do not pile up
@@ -119,8 +119,13 @@ class TensorWriter:
             self._q.join()
 
 
+def _no_report(where, exc):
+    pass
+
+
 class Collector(CollectorBase):
     forward_extra = {"is_recompute": False}
+    report = staticmethod(_no_report)   # (where, exception) -> None; the Service's ErrorLog.record
 
     def __init__(self, cfg, framework="pytorch"):
         self._init_rules(cfg)
@@ -159,43 +164,73 @@ class Collector(CollectorBase):
                "requires_grad": t.requires_grad}
         p = None
         slot = None
+        blind = False       # the values of t cannot be read (meta / fake tensor, released storage)
         if not self.structure_only:
             slot = self.stats.cached(t, rec)
             if slot is None:
                 p = _plain(t)
-                slot = self.stats.add(rec, p, t)
+                try:
+                    slot = self.stats.add(rec, p, t)
+                except Exception as exc:
+                    p, slot = self._stats_fallback(t, rec, data_name, exc)
+                    blind = p is None
             if self.md5:
                 md5 = slot.md5 if slot is not None else None
-                if md5 is None:
+                if md5 is None and not blind:
                     if p is None:
                         p = _plain(t)
-                    md5 = crc32_deferred(p)
+                    try:
+                        md5 = crc32_deferred(p)
+                    except Exception as exc:
+                        md5 = None
+                        self._unreadable(t, data_name, "md5", exc)
                     if slot is not None:
                         slot.md5 = md5
                 rec["md5"] = md5
-                if md5.__class__ is not str:
+                if md5 is not None and md5.__class__ is not str:
                     self.pending_md5.append(rec)
-        if save and self.tensor_dir is not None:
+        if save and self.tensor_dir is not None and not blind:
             if p is None:
                 p = _plain(t)
             if not p.is_meta:
                 fname = tensor_file_name(data_name)   # no path separator from a module name
                 path = os.path.join(self.tensor_dir, fname)
                 first = slot.path if slot is not None else None
-                if first is not None and first != path:
-                    # the same tensor, unchanged, was saved already this step: a hard link, not a second copy
-                    self.writer.link(first, path, p)
-                else:
-                    if self.writer.background or (self.writer.threaded and p.device.type == "cpu"):
-                        # a snapshot (one compact copy) for the writer thread. Device tensors of the tensor
-                        # task are written inline below: a thread would copy them on another stream
-                        self.writer.save(p.clone(memory_format=torch.contiguous_format), path)
+                try:
+                    if first is not None and first != path:
+                        # the same tensor, unchanged, was saved already this step: a hard link, not a second copy
+                        self.writer.link(first, path, p)
                     else:
-                        self.writer.save_now(p if p.is_contiguous() else p.contiguous(), path)
-                    if slot is not None:
-                        slot.path = path
-                rec["data_name"] = fname
+                        if self.writer.background or (self.writer.threaded and p.device.type == "cpu"):
+                            # a snapshot (one compact copy) for the writer thread. Device tensors of the tensor
+                            # task are written inline below: a thread would copy them on another stream
+                            self.writer.save(p.clone(memory_format=torch.contiguous_format), path)
+                        else:
+                            self.writer.save_now(p if p.is_contiguous() else p.contiguous(), path)
+                        if slot is not None:
+                            slot.path = path
+                    rec["data_name"] = fname
+                except Exception as exc:
+                    self._unreadable(t, data_name, "tensor_file", exc)
         return rec
+
+    def _stats_fallback(self, t, rec, data_name, exc):
+        """The statistics of ``t`` failed: a sparse tensor gets those of its dense values; a tensor whose values
+        cannot be read (meta, fake, released storage) is recorded without values, silently; any other failure
+        is reported (once per place) and the record keeps its type, dtype and shape. Returns (values, slot):
+        values None when they cannot be read."""
+        q = readable(t)
+        if q is None:
+            return None, None
+        try:
+            return q, self.stats.add(rec, q, t)
+        except Exception as exc2:
+            self.report(f"{data_name}.statistics", exc2)
+            return q, None
+
+    def _unreadable(self, t, data_name, what, exc):
+        if readable(t) is not None:
+            self.report(f"{data_name}.{what}", exc)
 
     def convert(self, v, path, save, depth=0):
         """JSON value of an argument/result; ``path`` is the data_name prefix for tensors."""
@@ -399,6 +434,9 @@ class Collector(CollectorBase):
         for finish in list(self.pending_backward.values()):
             finish()
         self.stats.resolve()
+        err, self.stats.error = self.stats.error, None
+        if err is not None:
+            self.report("statistics", err)
         self._resolve_md5()
         if self.writer.threaded and not self.writer.background:
             self.writer.wait()      # the tensor task: the step's .pt files are complete before its JSON

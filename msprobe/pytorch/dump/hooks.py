@@ -49,6 +49,8 @@ _AUTOGRAD_BACKWARD = torch.autograd.backward
 _MISSING = MISSING
 _WALK_LIMIT = 20000
 _DisableTF = torch._C.DisableTorchFunction
+# torch.compile tracing (fake tensors): nothing is recorded, the traced code stays the user's own
+_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
 
 
 class _TLS(threading.local):
@@ -644,7 +646,7 @@ class Hooks:
 
     # ------------------------------------------------------------------ API calls
     def call(self, name, func, args, kwargs, distributed=False, shown=None):
-        if self.apis_suspended or os.getpid() != self.pid:   # forked children (DataLoader workers) record nothing
+        if _compiling() or self.apis_suspended or os.getpid() != self.pid:   # compile tracing, forked children: not recorded
             out = func(*args, **kwargs)
             if distributed:
                 self.col.stats.forget_all()
@@ -926,7 +928,7 @@ class Hooks:
             return None
 
         def pre(module, args, kwargs):
-            if RT.on and not TLS.depth:
+            if RT.on and not TLS.depth and not _compiling():
                 new_args = guarded(errors, prefix, enter, args, kwargs)
                 if new_args is not None:
                     return new_args, kwargs
@@ -983,7 +985,7 @@ class Hooks:
                 hooks._module_backward_hooks(prefix, n, edges, output, opened[1] if opened else ())
 
         def pre(module, args, kwargs):
-            if RT.on and not TLS.depth:
+            if RT.on and not TLS.depth and not _compiling():
                 guarded(hooks.errors, prefix, record_inputs, args, kwargs)
             return None
 

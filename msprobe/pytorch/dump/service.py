@@ -26,6 +26,7 @@ class Service(DumpLifecycle):
     def __init__(self, cfg, npu_module=None):
         self.collector = Collector(cfg)
         self.errors = ErrorLog(cfg.dump_path)
+        self.collector.report = self.errors.record     # per-tensor failures: the record stays, without values
         self.cfg = cfg
         self.hooks = Hooks(self)
         self._module_dump_handles = []

@@ -61,7 +61,33 @@ def _plain(t):
 def _no_data(t):
     if t.numel() == 0 or t.is_meta:
         return True
-    return type(t) not in _PLAIN_TYPES and getattr(t, "is_fake", False)
+    # a FakeTensor (torch.compile tracing, FakeTensorMode) has shapes but no values
+    return type(t) not in _PLAIN_TYPES and (getattr(t, "is_fake", False) or hasattr(t, "fake_mode"))
+
+
+_DENSE_MAX = 1 << 24     # a sparse tensor of up to this many elements is measured through its dense values
+_SPARSE_COMPRESSED = tuple(getattr(torch, n) for n in ("sparse_csr", "sparse_csc", "sparse_bsr", "sparse_bsc")
+                           if hasattr(torch, n))
+
+
+def readable(t):
+    """A dense tensor with the values of ``t`` (statistics, md5, files), or None when they cannot be read: a meta
+    or fake tensor, a storage that was released (``untyped_storage().resize_(0)``, as FSDP does), a sparse tensor
+    of more than ``_DENSE_MAX`` elements, another layout. Used when the common path failed (never on the hot path)."""
+    try:
+        p = _plain(t)
+        if p.is_meta or (type(p) not in _PLAIN_TYPES and (getattr(p, "is_fake", False) or hasattr(p, "fake_mode"))):
+            return None
+        layout = p.layout
+        if layout is not torch.strided:
+            if (layout is torch.sparse_coo or layout in _SPARSE_COMPRESSED) and p.numel() <= _DENSE_MAX:
+                return p.to_dense()
+            return None
+        if p.numel() and p.untyped_storage().nbytes() == 0:
+            return None
+        return p
+    except Exception:
+        return None
 
 
 def crc32_hex(t):
@@ -191,7 +217,7 @@ class _Slot:
 class StatBuffer:
     """Pending on-device statistics of the records made since the last resolve."""
 
-    __slots__ = ("precision_high", "exact_norm", "_scalars", "_slots", "_seen", "_count")
+    __slots__ = ("precision_high", "exact_norm", "_scalars", "_slots", "_seen", "_count", "error")
 
     def __init__(self, precision="low", exact_norm=False):
         self.precision_high = precision == "high"
@@ -199,6 +225,7 @@ class StatBuffer:
         # two tools' Norm agree to the bit; otherwise float32 CPU tensors use a faster BLAS dot (same value within
         # float32 rounding: the summation order differs)
         self.exact_norm = exact_norm
+        self.error = None    # the last failure of resolve() (its records keep null statistics); the owner reports it
         self.clear()
 
     def __len__(self):
@@ -312,9 +339,13 @@ class StatBuffer:
         for dev, lst in scalars.items():
             if not lst:
                 continue
-            with torch.no_grad():
-                batches.append((torch.stack([s if s.dtype is _F32 else s.float() for s in lst]).tolist(),
-                                slots[dev]))
+            try:
+                with torch.no_grad():
+                    batches.append((torch.stack([s if s.dtype is _F32 else s.float() for s in lst]).tolist(),
+                                    slots[dev]))
+            except Exception as exc:   # one bad scalar (a fake or freed one) must not cost the whole step
+                self.error = exc
+                batches.append(_one_by_one(lst, slots[dev]))
         isfinite = math.isfinite
         sqrt = math.sqrt
         pack, unpack = _PACK_F32.pack, _PACK_F32.unpack
@@ -367,6 +398,25 @@ class StatBuffer:
 
 
 _PACK_F32 = struct.Struct("f")
+_N_SCALARS = {0: 4, 1: 2, 2: 3, 3: 1, 4: 4}     # scalars per slot, by kind
+
+
+def _one_by_one(lst, slots):
+    """(flat values, slots) for the slots whose own scalars can be read; the others keep null statistics."""
+    flat, good = [], []
+    pos = 0
+    for slot in slots:
+        n = _N_SCALARS[slot.kind]
+        part = lst[pos:pos + n]
+        pos += n
+        try:
+            with torch.no_grad():
+                vals = torch.stack([s if s.dtype is _F32 else s.float() for s in part]).tolist()
+        except Exception:
+            continue
+        flat += vals
+        good.append(slot)
+    return flat, good
 
 
 def _round_f32(v):
