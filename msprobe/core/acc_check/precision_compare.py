@@ -132,6 +132,7 @@ def compare(npu: Dict[str, List[str]], gpu: Dict[str, List[str]]):
     # benchmark: ratio per metric, inf/nan consistency, error above the threshold (no warning band)
     m = std == "benchmark"
     bench_err = np.zeros(n, dtype=bool)
+    errors = np.full(n, "", dtype=object)  # the ERROR lines follow every inf/nan note, as in the reference
     for col, rcol, scol, thr, text in BENCH:
         a, b = pair(col)
         nonfinite = ~np.isfinite(a) | ~np.isfinite(b)
@@ -144,9 +145,10 @@ def compare(npu: Dict[str, List[str]], gpu: Dict[str, List[str]]):
         cols[scol][m] = np.where(err, "error", "pass")[m]
         if text:
             bench_err |= m & err
-            message[m & err & ~nonfinite] += text
+            errors[m & err] += text
         note = np.where(consistent, f"{col}同为同号inf或nan\n", f"{col}inf或nan不一致\n")
         message[m & nonfinite] += note[m & nonfinite]
+    message[m] += errors[m]
     status[m] = np.where(bench_err, "error", "pass")[m]
 
     # absolute threshold: every error rate must be 0
