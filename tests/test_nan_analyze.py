@@ -275,6 +275,20 @@ def test_p2p_positional_and_broadcast_root(tmp_path):
     assert got == {(2, "Torch.exp.0.forward")} and res.anomalies[0].peers == [0, 1]
 
 
+def test_ranks_read_in_worker_processes_give_the_same_answer(tmp_path):
+    from msprobe.core.nan_analyze import analyze_step
+
+    ar = "Distributed.all_reduce.{}.forward"
+    step = write_step(tmp_path / "s", {r: {ar.format(0): R([OK], [OK]),
+                                           **({"Torch.log.0.forward": R([OK], [T(NAN)])} if r == 2 else {}),
+                                           ar.format(1): R([T(NAN) if r == 2 else OK], [T(NAN)])} for r in range(4)})
+    one = analyze_step(str(step), jobs=1)
+    many = analyze_step(str(step), jobs=4)
+    assert [(a.rank, a.op_name, a.peers) for a in one.anomalies] == [(a.rank, a.op_name, a.peers) for a in many.anomalies] \
+        == [(2, "Torch.log.0.forward", [0, 1, 3])]
+    assert sorted(many.ranks) == [0, 1, 2, 3] and many.first_inputs == one.first_inputs
+
+
 def test_groups_layers(tmp_path):
     """Two groups {0,1} and {2,3}, linked by their group ranks: in their second all_reduce (layer 1) rank 1
     brings a NaN of its data (rank 0's op is only an effect) and rank 2 a NaN its log made: the cause wins."""

@@ -28,17 +28,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output_path", default="./output", metavar="DIR",
                    help="where anomaly_analyze_{time_ns}.json goes (default ./output; created only when something "
                         "is found; an existing file is never replaced)")
+    p.add_argument("-j", "--jobs", type=int, default=0, metavar="N",
+                   help="ranks read in parallel worker processes (default 0: one per core, at most one per rank; "
+                        "each holds one rank's dump.json while it reads); -j 1: no helper processes")
+    p.add_argument("-q", "--quiet", action="store_true", help="no live progress display on the terminal")
 
 
 def run(args: argparse.Namespace) -> int:
     from msprobe.core.errors import MsprobeError
-    from msprobe.core.nan_analyze import analyze_step
+    from msprobe.core.nan_analyze import analyze, read_step
+    from msprobe.core.progress import Progress, display_wanted
     from msprobe.core.nan_analyze.report import build_content, check_output_dir, summary_lines, write_result
 
     if getattr(args, "framework", None) == "mindspore":
         raise MsprobeError(f"{args.command} analyses PyTorch dumps; use '-f pytorch {args.command}' (or no -f)")
+    if args.jobs < 0:
+        raise MsprobeError(f"-j/--jobs must be 0 (automatic) or a positive number, not {args.jobs}")
     check_output_dir(args.output_path)
-    result = analyze_step(args.input_path)
+    with Progress(args.command, display=display_wanted(quiet=args.quiet)) as prog:
+        job = prog.job()
+        try:
+            ranks = read_step(args.input_path, progress=job, jobs=args.jobs)
+        except BaseException:
+            job.abandon()
+            raise
+        job.finish()
+    result = analyze(args.input_path, ranks)
     content = build_content(result) if result.anomalies else {}
     lines = summary_lines(result, content)
     if result.anomalies:

@@ -9,4 +9,4 @@ Framework-free (reads dump.json, construct.json and stack.json; never imports to
 * :mod:`.report`   ``anomaly_analyze_{time_ns}.json`` in the reference's layout and the console summary.
 """
 
-from msprobe.core.nan_analyze.analyzer import Anomaly, Result, analyze_step  # noqa: F401
+from msprobe.core.nan_analyze.analyzer import Anomaly, Result, analyze, analyze_step, read_step  # noqa: F401

@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from msprobe.core.errors import MsprobeError
-from msprobe.core.nan_analyze.dumps import RankRecords, is_comm, is_ignored, rank_folders, read_rank
+import numpy as np
+
+from msprobe.core.nan_analyze.dumps import RankRecords, rank_folders, read_rank
 
 log = logging.getLogger("msprobe")
 
@@ -86,24 +88,44 @@ class Result:
     first_inputs: Dict[int, Tuple[str, List[str]]]   # per rank: first record with a non-finite input, its inputs
 
 
-def analyze_step(step_dir: str, progress=None) -> Result:
-    """Read a step folder and find the first anomalous node(s)."""
+def read_step(step_dir: str, progress=None, jobs: int = 1) -> Dict[int, RankRecords]:
+    """Read every rank of a step folder, ``jobs`` ranks at a time in worker processes (0: one per core;
+    msprobe.core.procpool); ``progress``: a :class:`msprobe.core.progress.Job`."""
+    from msprobe.core.procpool import run_tasks
+    from msprobe.core.resources import cap_jobs
+
     paths = rank_folders(step_dir)
-    ranks: Dict[int, RankRecords] = {}
-    for k, p in enumerate(paths):
-        ranks[p.rank] = read_rank(p)
+    workers = cap_jobs(jobs, len(paths), "ranks") if len(paths) > 1 else 1
+    state = {"done": 0, "records": 0}
+
+    def on_result(_i, rec):
+        state["done"] += 1
+        state["records"] += len(rec)
         if progress is not None:
-            progress("read", k + 1, len(paths), "dumps")
-        if not len(ranks[p.rank]):
-            log.warning("Rank %d has no dump data!", p.rank)
-    if not any(len(r) for r in ranks.values()):
+            progress("read", state["done"], len(paths), "dumps", f"{state['records']:,} records")
+
+    if progress is not None:
+        progress("read", 0, len(paths), "dumps")
+    results = run_tasks(lambda p, _emit: read_rank(p), paths, workers, on_result=on_result,
+                        name="msprobe-nan_analyze")
+    ranks: Dict[int, RankRecords] = {p.rank: rec for p, rec in zip(paths, results)}
+    records = state["records"]
+    for r, rec in ranks.items():
+        if not len(rec):
+            log.warning("Rank %d has no dump data!", r)
+    if not records:
         raise MsprobeError(f"no rank under {step_dir} holds any dump record; nothing to analyse (was the dump "
                            f"started and stopped around the step?)")
-    return analyze(step_dir, ranks)
+    return ranks
+
+
+def analyze_step(step_dir: str, progress=None, jobs: int = 1) -> Result:
+    """Read a step folder and find the first anomalous node(s)."""
+    return analyze(step_dir, read_step(step_dir, progress, jobs))
 
 
 def analyze(step_dir: str, ranks: Dict[int, RankRecords]) -> Result:
-    first_comm = {r: next((i for i, n in enumerate(rec.names) if is_comm(n)), None) for r, rec in ranks.items()}
+    first_comm = {r: (int(rec.comm.argmax()) if rec.comm.any() else None) for r, rec in ranks.items()}
     nonfinite = sum(int((rec.in_bad | rec.out_bad).sum()) for rec in ranks.values() if len(rec))
     first_inputs = {r: _first_bad_input(rec) for r, rec in ranks.items()}
     first_inputs = {r: v for r, v in first_inputs.items() if v is not None}
@@ -144,43 +166,44 @@ def _before(ranks: Dict[int, RankRecords], first_comm: Dict[int, Optional[int]])
     found = []
     for r, rec in ranks.items():
         stop = first_comm[r] if first_comm[r] is not None else len(rec)
-        cand = rec.out_bad[:stop] & ~rec.in_bad[:stop]
-        for i in cand.nonzero()[0].tolist():
-            if not is_ignored(rec.names[i]):
-                found.append(Anomaly(r, i, rec.names[i], PHASE_BEFORE))
-                break
+        cand = np.flatnonzero(rec.anomalous_mask[:stop])
+        if len(cand):
+            i = int(cand[0])
+            found.append(Anomaly(r, i, rec.names[i], PHASE_BEFORE))
     return found
 
 
 # ------------------------------------------------------------------------------------------ phase 2
 def _comm_nodes(ranks, first_comm):
     """Per rank its communication nodes; per rank (first anomalous record after the last one, sub_layer);
-    per rank the first anomalous record between two ops that is not held by an op with a bad input."""
+    per rank the first anomalous record between two ops that is not held by an op with a bad input.
+
+    A record's sub_layer is the number of compute records (not communication, not ignored) run since the
+    rank's previous communication op; numpy over the records, Python only per communication op."""
     nodes: Dict[int, List[CommNode]] = {}
     after: Dict[int, Tuple[int, int]] = {}
     local: Dict[int, Tuple[int, int]] = {}
     world = sorted(ranks)
     for r, rec in ranks.items():
-        start = first_comm[r]
         chain: List[CommNode] = []
         nodes[r] = chain
-        if start is None:
+        comm_at = np.flatnonzero(rec.comm)
+        if not len(comm_at):
             continue
-        computes: List[Tuple[int, int]] = []
-        sub = 0
-        for i in range(start, len(rec)):
-            name = rec.names[i]
-            if is_comm(name):
-                node = _node(rec, i, sub, world)
-                node.computes = computes
-                chain.append(node)
-                computes, sub = [], 0
-            elif not is_ignored(name):
-                if rec.out_bad[i] and not rec.in_bad[i]:
-                    computes.append((i, sub))
-                sub += 1
-        if computes:
-            after[r] = computes[0]
+        compute = ~rec.comm & ~rec.ignored
+        before = np.cumsum(compute) - compute            # compute records strictly before each record
+        subs = np.r_[0, np.diff(before[comm_at])]
+        for k, i in enumerate(comm_at.tolist()):
+            chain.append(_node(rec, i, int(subs[k]), world))
+        bad = np.flatnonzero(rec.anomalous_mask & compute)
+        bad = bad[bad > comm_at[0]]
+        held = np.searchsorted(comm_at, bad)            # the communication op after each (len: none)
+        bad_sub = before[bad] - before[comm_at[held - 1]]
+        for i, k, sub in zip(bad.tolist(), held.tolist(), bad_sub.tolist()):
+            if k < len(chain):
+                chain[k].computes.append((i, int(sub)))
+            elif r not in after:
+                after[r] = (i, int(sub))
         for node in chain:
             if node.computes and not (node.in_bad and node.contributes()) and r not in local:
                 local[r] = node.computes[0]

@@ -55,49 +55,47 @@ class RankPaths:
 
 @dataclass
 class RankRecords:
-    """One rank's records in execution (dump) order."""
+    """One rank's records in execution (dump) order, with per-record flags (numpy bool arrays).
+
+    The row details (leaf names, peer arguments) are kept only for the records that may be asked about:
+    communication ops, anomalous records and the first record with a non-finite input."""
 
     rank: int
     paths: RankPaths
     names: List[str]
-    in_bad: np.ndarray          # bool per record: an input tensor (or parameter) has a non-finite Max/Min
-    out_bad: np.ndarray         # bool per record: an output tensor has one
+    in_bad: np.ndarray          # an input tensor (or parameter) has a non-finite Max/Min
+    out_bad: np.ndarray         # an output tensor has one
+    comm: np.ndarray            # a collective or point-to-point op (is_comm)
+    ignored: np.ndarray         # Torch.empty* / Torch.fill*
     framework: str = "pytorch"
-    # per record: its rows' [start, end) in the row columns (for naming the non-finite leaves)
-    row_bounds: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int64))
-    row_names: List[str] = field(default_factory=list)
-    row_bad: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
-    row_state: List[str] = field(default_factory=list)
-    row_dtype: List[str] = field(default_factory=list)
-    row_value: list = field(default_factory=list)
+    # record index -> [(leaf name without the record name, state, dtype, value, non-finite)]
+    rows: Dict[int, list] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.names)
 
-    def anomalous(self, i: int) -> bool:
-        return bool(self.out_bad[i] and not self.in_bad[i]) and not is_ignored(self.names[i])
+    @property
+    def anomalous_mask(self) -> np.ndarray:
+        return self.out_bad & ~self.in_bad & ~self.ignored
 
-    def leaves(self, i: int, bad_only: bool = True) -> List[Tuple[str, str]]:
-        """(leaf name without the record name, state) of record i's rows (the non-finite ones)."""
-        a, b = self.row_bounds[i]
-        prefix = len(self.names[i]) + 1
-        return [(self.row_names[j][prefix:], self.row_state[j]) for j in range(a, b)
-                if not bad_only or self.row_bad[j]]
+    def anomalous(self, i: int) -> bool:
+        return bool(self.anomalous_mask[i])
+
+    def leaves(self, i: int) -> List[Tuple[str, str]]:
+        """(leaf name without the record name, state) of record i's non-finite tensors."""
+        return [(leaf, state) for leaf, state, _, _, bad in self.rows.get(i, ()) if bad]
 
     def comm_args(self, i: int) -> Dict[str, object]:
         """The arguments that tell a communication op's peers: src, dst, group_src, group_dst (kwargs),
         the int positional arguments in order (``"args"``) and the group's ranks (``"group"``)."""
-        a, b = self.row_bounds[i]
-        prefix = len(self.names[i]) + len(".input.")
         out: Dict[str, object] = {"args": []}
-        for j in range(a, b):
-            if self.row_state[j] != "input":
+        for leaf, state, dtype, value, _ in self.rows.get(i, ()):
+            if state != "input":
                 continue
-            key = self.row_names[j][prefix:]
-            value = self.row_value[j]
-            if self.row_dtype[j] == "torch.ProcessGroup":
+            key = leaf[len("input."):]
+            if dtype == "torch.ProcessGroup":
                 if isinstance(value, list):
-                    out["group"] = [int(v) for v in value if isinstance(v, int)]
+                    out["group"] = [int(v) for v in value if isinstance(v, int) and not isinstance(v, bool)]
             elif key in ("src", "dst", "group_src", "group_dst"):
                 if isinstance(value, int) and not isinstance(value, bool):
                     out[key] = value
@@ -187,7 +185,8 @@ def read_rank(paths: RankPaths) -> RankRecords:
         raise MsprobeError(f"{side} dump.json {paths.dump} is a {rows.framework} dump; nan_analyze analyses "
                            f"PyTorch dumps (framework 'pytorch')")
     if n == 0:
-        return RankRecords(paths.rank, paths, [], np.zeros(0, bool), np.zeros(0, bool), rows.framework)
+        empty = np.zeros(0, bool)
+        return RankRecords(paths.rank, paths, [], empty, empty, empty, empty, rows.framework)
     tensor = np.fromiter((v is NO_VALUE for v in rows.value), dtype=bool, count=n)
     nf_max, ok_max = _nonfinite(rows.stat_max)
     nf_min, ok_min = _nonfinite(rows.stat_min)
@@ -210,14 +209,23 @@ def read_rank(paths: RankPaths) -> RankRecords:
     state = np.array(rows.state, dtype=object)
     is_in = (state == "input") | (state == "parameters")
     is_out = state == "output"
-    api = rows.api
-    starts = np.flatnonzero(np.r_[True, np.array(api[1:], dtype=object) != np.array(api[:-1], dtype=object)])
+    api = np.array(rows.api, dtype=object)
+    starts = np.flatnonzero(np.r_[True, api[1:] != api[:-1]])
     ends = np.r_[starts[1:], n]
-    names = [api[i] for i in starts.tolist()]
-    if len(set(names)) != len(names):   # a key's rows are always together: a repeat means a broken reader
+    names = api[starts].tolist()
+    if len(set(names)) != len(names):   # a key's rows are always together: a repeat means a broken file
         raise MsprobeError(f"{side} dump.json {paths.dump}: a record appears twice; the file is damaged: re-run the dump")
     in_bad = np.logical_or.reduceat(bad & is_in, starts)
     out_bad = np.logical_or.reduceat(bad & is_out, starts)
-    return RankRecords(paths.rank, paths, names, in_bad, out_bad, rows.framework,
-                       row_bounds=np.stack([starts, ends], axis=1), row_names=rows.names, row_bad=bad,
-                       row_state=rows.state, row_dtype=rows.dtype, row_value=rows.value)
+    comm = np.fromiter((is_comm(x) for x in names), dtype=bool, count=len(names))
+    ignored = np.fromiter((is_ignored(x) for x in names), dtype=bool, count=len(names))
+    rec = RankRecords(paths.rank, paths, names, in_bad, out_bad, comm, ignored, rows.framework)
+    keep = comm | rec.anomalous_mask
+    if in_bad.any():
+        keep[int(in_bad.argmax())] = True
+    for i in np.flatnonzero(keep).tolist():
+        a, b = int(starts[i]), int(ends[i])
+        cut = len(names[i]) + 1
+        rec.rows[i] = [(rows.names[j][cut:], rows.state[j], rows.dtype[j], rows.value[j], bool(bad[j]))
+                       for j in range(a, b)]
+    return rec
