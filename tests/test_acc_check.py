@@ -476,3 +476,45 @@ def test_reference_api_precision_compare_agrees(tmp_path, details_pair, dumps):
     _same_outputs(mine, _ref_compare(exe, npu2, gpu2, tmp_path / "ref2"))
     errors = {r[0] for r in mine[0][1] if r[1] == "error"}
     assert errors == {n for n in apis_of(dumps["statistics"]) if n.rsplit(".", 1)[0] in NOISY_STANDARD}
+
+
+# ------------------------------------------------------------------------------------------ flags, no torch, pool
+def test_reference_long_flags_are_accepted():
+    from msprobe.cli.main import command_parser
+
+    _, p = command_parser("multi_run_ut")
+    a = p.parse_args(["--api_info_file", "d.json", "--out_path", "o", "-save_error_data", "--device", "0", "1",
+                      "--result_csv_path", "r.csv", "--filter_api", "--config_path", "c.json", "--num_splits", "4",
+                      "--jit_compile"])
+    assert (a.api_info_file, a.output_path, a.save_error_data, a.device_id, a.result_csv_path, a.filter_api,
+            a.config_path, a.num_splits, a.jit_compile) == ("d.json", "o", True, [0, 1], "r.csv", True, "c.json",
+                                                            4, True)
+    _, p = command_parser("run_ut")
+    assert p.parse_args(["-api_info", "d.json", "-j"]).jobs == 0  # bare -j: the reference's jit_compile flag
+    assert p.parse_args(["-api_info", "d.json", "-j", "3"]).jobs == 3
+    _, p = command_parser("api_precision_compare")
+    a = p.parse_args(["--npu_csv_path", "a.csv", "--gpu_csv_path", "b.csv", "--out_path", "o"])
+    assert (a.npu_csv_path, a.gpu_csv_path, a.output_path) == ("a.csv", "b.csv", "o")
+
+
+def test_api_precision_compare_needs_no_torch(tmp_path, details_pair):
+    npu, gpu = details_pair
+    fake = tmp_path / "fake"
+    (fake / "torch").mkdir(parents=True)
+    (fake / "torch" / "__init__.py").write_text('raise RuntimeError("broken torch")\n')
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(fake), str(ROOT)]))
+    proc = subprocess.run([sys.executable, "-m", "msprobe", "api_precision_compare", "-npu", str(npu), "-gpu",
+                           str(gpu), "-o", str(tmp_path / "o")], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "11 APIs: 4 pass, 0 warning, 6 error, 1 skip" in proc.stdout
+
+
+def test_checker_that_cannot_start_leaves_nothing(tmp_path, dumps, capsys):
+    from msprobe.core.acc_check.runner import Options, run
+    from msprobe.core.errors import MsprobeError
+
+    out = tmp_path / "out"
+    with pytest.raises(MsprobeError, match="could not start"):
+        run(Options(api_info=str(dumps["statistics"]), out_path=str(out), quiet=True),
+            target="msprobe.no_such_module:make_checker")
+    assert list(out.iterdir()) == []

@@ -56,6 +56,7 @@ class Summary:
     error: int = 0
     skipped: int = 0
     failed: int = 0          # could not be run (an exception, a timeout, a dead worker): written as SKIP
+    judged: int = 0          # results received from the workers in this run
     worst: List[Dict] = field(default_factory=list)
     result_path: str = ""
     details_path: str = ""
@@ -85,14 +86,28 @@ def run(opts: Options, target: str = "msprobe.pytorch.acc_check.checker:make_che
         out = ensure_output_dir(opts.out_path or "./")
         files = ResultFiles.create(out, free_timestamp(out))
     summary = Summary(total=len(plan.items), result_path=files.result_path, details_path=files.details_path)
+    error_dir = None
     try:
-        error_dir = None
         if opts.save_error_data:
             base = cfg.error_data_path if opts.config and cfg.error_data_path != "./" else os.path.dirname(files.result_path)
             error_dir = os.path.join(os.path.abspath(base), f"ut_error_data{files.timestamp}")
             make_dirs(error_dir)
             summary.error_data_dir = error_dir
         _execute(plan, files, opts, error_dir, summary, target)
+    except MsprobeError:
+        files.close()
+        if not opts.csv_path and not summary.judged:  # the run did not start: leave nothing behind
+            for path in (files.result_path, files.details_path):
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+            if error_dir:
+                try:
+                    os.rmdir(error_dir)
+                except OSError:
+                    pass
+        raise
     finally:
         files.close()
     return summary
@@ -147,6 +162,7 @@ def _execute(plan: Plan, files: ResultFiles, opts: Options, error_dir: Optional[
                        "details": [], "failed": True}
             ready[name] = res
             judged[0] += 1
+            summary.judged += 1
             job("check", judged[0], len(tasks), unit="APIs", detail=name)
             flush()
 
