@@ -15,7 +15,8 @@ from msprobe.core.compare import tensor as tm
 from msprobe.core.compare import verdict as vd
 from msprobe.core.compare.config import CompareConfig
 from msprobe.core.compare.match import Matches, match_exact, match_fuzzy, match_mapped
-from msprobe.core.dump.reader import MODE_MD5, MODE_STATISTICS, MODE_TENSOR, NO_VALUE, DumpRows, dump_mode, read_dump
+from msprobe.core.dump.reader import (MODE_MD5, MODE_STATISTICS, MODE_TENSOR, NO_VALUE, CompactValues, DumpRows, dump_mode,
+                                      read_dump)
 from msprobe.core.errors import MsprobeError
 from msprobe.core.io.columns import ChunkedColumn, materialise
 
@@ -107,6 +108,8 @@ class Report:
 
 def _take(values: list, idx: np.ndarray, fill=NA) -> list:
     """values[idx] with -1 -> fill (idx is an int64 array)."""
+    if isinstance(values, CompactValues):
+        return values.take(idx, fill)
     if len(idx) and idx.min() >= 0:
         return [values[i] for i in idx.tolist()] if not isinstance(values, np.ndarray) else values[idx].tolist()
     return [values[i] if i >= 0 else fill for i in idx.tolist()]
@@ -336,9 +339,7 @@ def _stat_arrays(rows: DumpRows, idx: np.ndarray) -> Tuple[np.ndarray, np.ndarra
         # bool tensors record Max = any, Min = all as 'True' / 'False': numbers for the verdict
         bad = np.flatnonzero(~ok & (idx >= 0))
         if len(bad):
-            col = raw[k]
-            for i in bad.tolist():
-                x = col[idx[i]]
+            for i, x in zip(bad.tolist(), _take(raw[k], idx[bad])):
                 if x == "True" or x == "False":
                     v[i] = 1.0 if x == "True" else 0.0
                     ok[i] = True

@@ -21,8 +21,17 @@ def numeric(values: Sequence) -> Tuple[np.ndarray, np.ndarray]:
     Usable = a number (not a bool), a numeric string, or the string 'nan' in any case, as in G8
     (``pd.to_numeric(str(v))`` succeeding).  ``None``, ``'True'``, ``'...'``, ``'N/A'`` are not usable.
     """
-    n = len(values)
     num_types = (float, int)
+    numbers = getattr(values, "numbers", None)  # a dump's CompactValues column: its arrays, and the odd values
+    if numbers is not None:
+        vals, usable, other = numbers()
+        out, ok = vals.copy(), usable.copy()
+        for i, v in other.items():
+            if v.__class__ in num_types or (v.__class__ is str and _NUM_RE.match(v) is not None):
+                out[i] = float(v)
+                ok[i] = True
+        return out, ok
+    n = len(values)
     flags = [v.__class__ in num_types for v in values]
     if all(flags):
         return np.fromiter(values, dtype=np.float64, count=n), np.ones(n, dtype=bool)
