@@ -545,6 +545,22 @@ def test_reference_agrees_on_our_dumps(request, tmp_path, world, step):
     assert result_files(ref_out)[0].read_bytes() == result_files(ours)[0].read_bytes()
 
 
+def test_reference_differs_on_broadcast_root(dump4, tmp_path):
+    """docs/nan_analyze.md NA1: the reference does not link the receivers of broadcast(t, src=2) to the root
+    and names a receiver's broadcast (an effect); msprobe names the root's exp that made the inf."""
+    exe = _ref_msprobe()
+    dump = dump4 / "step2"
+    ours, _ = analyze(dump, tmp_path)
+    ref_out = tmp_path / "ref"
+    res = subprocess.run([str(exe), "-f", "pytorch", "nan_analyze", "-i", str(dump), "-o", str(ref_out)],
+                         capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert 'Cannot find connected communication node for "2.Distributed.broadcast.0.forward"' in res.stdout + res.stderr
+    ref = found(ref_out)
+    assert list(ref.values()) == [["Distributed.broadcast.0.forward"]] and "rank_2" not in ref
+    assert found(ours) == {"rank_2": ["Torch.exp.0.forward"]}
+
+
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
     _worker(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
