@@ -422,6 +422,44 @@ def test_bad_input_one_line(tmp_path, case):
     assert not out.exists() or out.is_file()
 
 
+def test_folder_layouts(tmp_path):
+    """A single rank folder, proc folders (numbered in order), and two folders for one rank (refused)."""
+    from msprobe.core.errors import MsprobeError
+    from msprobe.core.nan_analyze import analyze_step
+
+    step = write_step(tmp_path / "s", {3: {"Torch.log.0.forward": R([OK], [T(NAN)])}})
+    assert [(a.rank, a.op_name) for a in analyze_step(str(step / "rank3")).anomalies] == [(3, "Torch.log.0.forward")]
+    step = write_step(tmp_path / "p", {0: {"Tensor.add.0.forward": R([OK], [OK])}, 1: {"Torch.log.0.forward": R([OK], [T(NAN)])}})
+    (step / "rank0").rename(step / "proc4711")
+    (step / "rank1").rename(step / "proc4712")
+    assert [(a.rank, a.op_name) for a in analyze_step(str(step)).anomalies] == [(1, "Torch.log.0.forward")]
+    step = write_step(tmp_path / "d", {0: {"Torch.log.0.forward": R([OK], [T(NAN)])}})
+    (step / "rank").mkdir()
+    with pytest.raises(MsprobeError, match="both rank 0"):
+        analyze_step(str(step))
+
+
+def test_backward_record_layout(tmp_path):
+    step = write_step(tmp_path / "s", {0: {
+        "Functional.linear.0.forward": {"input_args": [OK], "input_kwargs": {}, "output": [OK]},
+        "Functional.linear.0.backward": {"input": [OK], "output": [T(INF, -INF), OK]}}})
+    out, res = analyze(step, tmp_path)
+    node = read_result(out)["rank_0"][0]
+    assert node["op_name"] == "Functional.linear.0.backward" and list(node["data_info"]) == ["input", "output"]
+    assert node["data_info"]["output"][0]["Min"] == -INF
+    assert "non-finite: output.0 (Max Infinity, Min -Infinity)" in res.stdout
+
+
+def test_mindspore_dump_and_negative_jobs(tmp_path):
+    step = write_step(tmp_path / "s", {0: {"Tensor.add.0.forward": R([OK], [OK])}})
+    p = step / "rank0" / "dump.json"
+    p.write_text(p.read_text().replace('"pytorch"', '"mindspore"'))
+    res = run_cli(["overflow_check", "-i", step, "-o", tmp_path / "o"], tmp_path)
+    assert res.returncode == 2 and "is a mindspore dump" in res.stderr
+    res = run_cli(["overflow_check", "-i", step, "-j", "-1"], tmp_path)
+    assert res.returncode == 2 and "-j/--jobs must be 0" in res.stderr
+
+
 def test_help_names_both_spellings(tmp_path):
     res = run_cli(["nan_analyze", "-h"], tmp_path)
     assert res.returncode == 0 and "-i STEP_DIR" in res.stdout and "anomaly_analyze_" in res.stdout
