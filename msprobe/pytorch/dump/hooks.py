@@ -64,6 +64,7 @@ class _Runtime:
     """Process-wide switches read on every wrapped call (kept as plain attributes: one lookup)."""
     on = False
     service = None
+    hooks = None        # the Hooks that switched recording on (push_mode)
 
 
 RT = _Runtime()
@@ -251,7 +252,7 @@ class _Mode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if kwargs is None:
             kwargs = {}
-        if TLS.depth or not RT.on:
+        if TLS.depth or not RT.on or _compiling():
             return func(*args, **kwargs)
         try:
             name = self.names.get(func)
@@ -408,6 +409,7 @@ class Hooks:
     """Installs and removes the capture machinery; routes captured calls to the collector."""
 
     def __init__(self, service):
+        RT.hooks = self
         self.service = service
         self.col = service.collector
         self.errors = service.errors
@@ -596,9 +598,11 @@ class Hooks:
                 return hooks.call(name, orig, args, kwargs, distributed)
         else:
             def wrapper(*args, **kwargs):
-                if not RT.on or TLS.depth:
+                if not RT.on or TLS.depth or _compiling():
                     return orig(*args, **kwargs)
-                return hooks.call(name, orig, args, kwargs, distributed)
+                # RT.hooks, not a closure over ``hooks``: torch.compile inlines this wrapper and cannot hold
+                # a Hooks object taken from a closure (a graph break, and a different compiled program)
+                return RT.hooks.call(name, orig, args, kwargs, distributed)
 
         try:
             functools.update_wrapper(wrapper, orig)
@@ -608,6 +612,7 @@ class Hooks:
         return wrapper
 
     def push_mode(self):
+        RT.hooks = self
         self.patch_on()
         if self._gc_threshold is None:
             # records are many small dicts: collect cyclic garbage in bigger batches while dumping
@@ -928,7 +933,7 @@ class Hooks:
             return None
 
         def pre(module, args, kwargs):
-            if RT.on and not TLS.depth and not _compiling():
+            if not _compiling() and RT.on and not TLS.depth:
                 new_args = guarded(errors, prefix, enter, args, kwargs)
                 if new_args is not None:
                     return new_args, kwargs
@@ -985,7 +990,7 @@ class Hooks:
                 hooks._module_backward_hooks(prefix, n, edges, output, opened[1] if opened else ())
 
         def pre(module, args, kwargs):
-            if RT.on and not TLS.depth and not _compiling():
+            if not _compiling() and RT.on and not TLS.depth:
                 guarded(hooks.errors, prefix, record_inputs, args, kwargs)
             return None
 
