@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Dict, List, Optional
 
 from msprobe.core.acc_check.plan import Plan, build_plan, load_run_ut_config
 from msprobe.core.acc_check.pool import PoolInitError, run_pool
-from msprobe.core.acc_check.results import ResultFiles, SPACE, free_timestamp, open_resume, worst_status
+from msprobe.core.acc_check.results import ResultFiles, free_timestamp, open_resume, worst_status
 from msprobe.core.errors import MsprobeError
 from msprobe.core.fileio import ensure_output_dir, make_dirs
 from msprobe.core.progress import Progress, display_wanted
@@ -79,7 +78,10 @@ def run(opts: Options, target: str = "msprobe.pytorch.acc_check.checker:make_che
     if opts.timeout <= 0:
         raise MsprobeError(f"--timeout must be a positive number of seconds, not {opts.timeout:g}")
     cfg = load_run_ut_config(opts.config)
+    started = time.perf_counter()
     plan = build_plan(opts.api_info, cfg, filter_api=opts.filter_api, data_mode=opts.data_mode)
+    log.info("%s: read 1 dump (%d APIs, %d to run) in %.2f s", opts.command, len(plan.items), len(plan.runnable),
+             time.perf_counter() - started)
     if opts.csv_path:
         files = open_resume(opts.csv_path)
     else:
