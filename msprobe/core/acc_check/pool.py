@@ -55,6 +55,11 @@ def _serve(conn, target: str, init: Any, k: int) -> None:
             conn.send(result)
         except (EOFError, OSError, BrokenPipeError):
             break
+        except Exception as exc:  # noqa: BLE001 - a result that cannot be pickled is its task's failure
+            try:
+                conn.send(("fail", index, f"its result could not be sent: {type(exc).__name__}: {exc}"))
+            except Exception:  # noqa: BLE001
+                break
     os._exit(0)
 
 
