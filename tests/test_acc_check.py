@@ -518,3 +518,23 @@ def test_checker_that_cannot_start_leaves_nothing(tmp_path, dumps, capsys):
         run(Options(api_info=str(dumps["statistics"]), out_path=str(out), quiet=True),
             target="msprobe.no_such_module:make_checker")
     assert list(out.iterdir()) == []
+
+
+def test_reference_made_dumps(tmp_path, capsys):
+    """Dumps written by the reference's own dumper (8.3.3 bf16 autocast MLP with tensors, 26.x statistics,
+    torch_npu APIs): every API judged or skipped with its reason, nothing fails to run; multi_acc_check."""
+    from conftest import fixtures_or_skip
+
+    fx = fixtures_or_skip()
+    cases = {"mlp_bf16_tensor_mix": "target/step0/rank/dump.json",
+             "mlp_bf16_stat_mix_v26dump": None, "torch_npu_stubcann_cpu_mix": None}
+    for case, rel in cases.items():
+        dump = fx / case / rel if rel else next((fx / case / "target").rglob("dump.json"))
+        out = tmp_path / case
+        assert main(["multi_acc_check", "-api_info", str(dump), "-o", str(out), "-n", "2", "-q"]) == 0
+        rows = read_csv(outputs(out)[0])[1]
+        forward = [n for n in apis_of(dump) if not n.startswith("Module.")]
+        assert [r[0] for r in rows] == forward
+        for r in rows:
+            assert r[1] == "pass" or (r[1] == "SKIP" and "NPU-only API" in r[3]), (case, r)
+    assert "real data" in capsys.readouterr().out
