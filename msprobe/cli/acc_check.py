@@ -1,5 +1,4 @@
-"""The 26.x name of run_ut: pre-check every API of a dump (the framework is read from the dump's
-"framework" field).
+"""The 26.x name of run_ut: pre-check every API of a dump (framework read from dump.json).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Judge a device's run_ut details against a GPU's by the precision standards: writes
-api_precision_compare_result/details_{ts}.csv.
+"""Judge a device's run_ut details against a GPU's by the precision standards.
+
+Writes api_precision_compare_result/details_{ts}.csv.
 """
 
 from __future__ import annotations

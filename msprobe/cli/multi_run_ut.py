@@ -1,5 +1,6 @@
-"""run_ut over several processes (-n) and devices (-d): the APIs of the dump are spread over them and the
-results merged into one result/details pair in dump order.
+"""run_ut over several processes (-n) and devices (-d), results merged in dump order.
+
+The APIs of the dump are spread over the processes; one result/details pair is written.
 """
 
 from __future__ import annotations

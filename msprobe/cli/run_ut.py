@@ -1,5 +1,7 @@
-"""Pre-check every API of a dump: re-run each alone on the device and as a CPU benchmark in higher
-precision, judge it by its precision standard, write accuracy_checking_result/details_{ts}.csv.
+"""Pre-check every API of a dump: re-run each alone, judge it against a CPU benchmark by its standard.
+
+Each API runs on the device and on the CPU in higher precision; the outputs go to
+accuracy_checking_result/details_{ts}.csv.
 """
 
 from __future__ import annotations
