@@ -72,13 +72,18 @@ def read_details(path: str, what: str) -> Dict[str, List[str]]:
 
 
 def _num(texts: Sequence[str]) -> np.ndarray:
-    """Text cells -> float64 (blank -> nan)."""
+    """Text cells -> float64 (blank or not a number -> nan)."""
     out = np.full(len(texts), np.nan)
-    for i, t in enumerate(texts):
-        t = t.strip()
-        if t:
+    if not len(texts):
+        return out
+    cells = np.char.strip(np.asarray(texts, dtype=str))
+    filled = cells != ""
+    try:
+        out[filled] = cells[filled].astype(np.float64)
+    except ValueError:  # a text cell among the numbers: convert one by one
+        for i in np.nonzero(filled)[0]:
             try:
-                out[i] = float(t)
+                out[i] = float(cells[i])
             except ValueError:
                 pass
     return out
