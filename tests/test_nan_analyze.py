@@ -460,6 +460,19 @@ def test_mindspore_dump_and_negative_jobs(tmp_path):
     assert res.returncode == 2 and "-j/--jobs must be 0" in res.stderr
 
 
+def test_works_when_torch_cannot_be_imported(tmp_path):
+    """msprobe.core never imports torch: nan_analyze runs where `import torch` raises."""
+    fake = tmp_path / "fake" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('raise RuntimeError("Failed to load the backend extension: torch_npu.")\n')
+    step = write_step(tmp_path / "s", {0: {"Torch.log.0.forward": R([OK], [T(NAN)])}})
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(fake.parent), str(ROOT)]))
+    res = subprocess.run([sys.executable, "-m", "msprobe", "nan_analyze", "-i", str(step), "-o", str(tmp_path / "o")],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "rank 0: Torch.log.0.forward" in res.stdout
+
+
 def test_help_names_both_spellings(tmp_path):
     res = run_cli(["nan_analyze", "-h"], tmp_path)
     assert res.returncode == 0 and "-i STEP_DIR" in res.stdout and "anomaly_analyze_" in res.stdout
@@ -555,45 +568,64 @@ def test_gloo_4_ranks(dump4, tmp_path, step):
 
 
 # ------------------------------------------------------------------------------------------ the reference
-def _ref_msprobe():
+def _ref_python():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
         from refvenv import ref_venv
     finally:
         sys.path.pop(0)
-    exe = ref_venv("venv833") / "bin" / "msprobe"
-    if not exe.exists() or not list((ref_venv("venv833") / "lib").glob("python*/site-packages/msprobe/nan_analyze")):
-        pytest.skip(f"the reference venv with nan_analyze is missing ({exe}); benchmarks/README.md says how to build it")
+    venv = ref_venv("venv833")
+    exe = venv / "bin" / "python"
+    if not exe.exists() or not list((venv / "lib").glob("python*/site-packages/msprobe/nan_analyze")):
+        pytest.skip(f"the reference venv with nan_analyze is missing ({venv}); benchmarks/README.md says how to build it")
     return exe
 
 
+#: the reference runs on these of our steps, all in one process (its import takes seconds)
+REF_CASES = [(2, 1), (2, 2), (4, 1), (4, 2)]
+_REF_SCRIPT = """
+import sys
+from msprobe.nan_analyze.analyzer import NanAnalyzer
+args = sys.argv[1:]
+for dump, out in zip(args[::2], args[1::2]):
+    NanAnalyzer(dump, out).analyze()
+"""
+
+
+@pytest.fixture(scope="module")
+def reference(dump2, dump4, tmp_path_factory):
+    """{(world, step): (our output dir, the reference's output dir, its log)} on our gloo dumps."""
+    exe = _ref_python()
+    base = tmp_path_factory.mktemp("ref")
+    dumps = {2: dump2, 4: dump4}
+    argv = []
+    for world, step in REF_CASES:
+        argv += [str(dumps[world] / f"step{step}"), str(base / f"ref{world}_{step}")]
+    res = subprocess.run([str(exe), "-c", _REF_SCRIPT, *argv], capture_output=True, text=True, timeout=600,
+                         cwd=str(base))
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = {}
+    for world, step in REF_CASES:
+        (base / f"ours{world}_{step}").mkdir()
+        ours, _ = analyze(dumps[world] / f"step{step}", base / f"ours{world}_{step}")
+        out[(world, step)] = (ours, base / f"ref{world}_{step}", res.stdout + res.stderr)
+    return out
+
+
 @pytest.mark.parametrize("world,step", [(2, 1), (2, 2), (4, 1)])
-def test_reference_agrees_on_our_dumps(request, tmp_path, world, step):
+def test_reference_agrees_on_our_dumps(reference, world, step):
     """The reference's nan_analyze on our dumps names the same rank and op, in a byte-identical file.
-    (Not on (4, 2): the reference does not link a broadcast whose root is given as src= and names a
-    receiver's broadcast instead of the root's exp; docs/compatibility.md.)"""
-    exe = _ref_msprobe()
-    dump = request.getfixturevalue(f"dump{world}") / f"step{step}"
-    ours, _ = analyze(dump, tmp_path)
-    ref_out = tmp_path / "ref"
-    res = subprocess.run([str(exe), "-f", "pytorch", "nan_analyze", "-i", str(dump), "-o", str(ref_out)],
-                         capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
-    assert res.returncode == 0, res.stderr[-2000:]
+    (Not on (4, 2): see test_reference_differs_on_broadcast_root.)"""
+    ours, ref_out, _ = reference[(world, step)]
     assert found(ref_out) == found(ours) == EXPECTED[(world, step)][1]
     assert result_files(ref_out)[0].read_bytes() == result_files(ours)[0].read_bytes()
 
 
-def test_reference_differs_on_broadcast_root(dump4, tmp_path):
+def test_reference_differs_on_broadcast_root(reference):
     """docs/nan_analyze.md NA1: the reference does not link the receivers of broadcast(t, src=2) to the root
     and names a receiver's broadcast (an effect); msprobe names the root's exp that made the inf."""
-    exe = _ref_msprobe()
-    dump = dump4 / "step2"
-    ours, _ = analyze(dump, tmp_path)
-    ref_out = tmp_path / "ref"
-    res = subprocess.run([str(exe), "-f", "pytorch", "nan_analyze", "-i", str(dump), "-o", str(ref_out)],
-                         capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
-    assert res.returncode == 0, res.stderr[-2000:]
-    assert 'Cannot find connected communication node for "2.Distributed.broadcast.0.forward"' in res.stdout + res.stderr
+    ours, ref_out, log = reference[(4, 2)]
+    assert 'Cannot find connected communication node for "2.Distributed.broadcast.0.forward"' in log
     ref = found(ref_out)
     assert list(ref.values()) == [["Distributed.broadcast.0.forward"]] and "rank_2" not in ref
     assert found(ours) == {"rank_2": ["Torch.exp.0.forward"]}
