@@ -473,6 +473,19 @@ def test_works_when_torch_cannot_be_imported(tmp_path):
     assert "rank 0: Torch.log.0.forward" in res.stdout
 
 
+def test_source_line_is_the_users_frame():
+    from msprobe.core.nan_analyze.report import source_line
+
+    torch_frame = "File /venv/lib/python3.11/site-packages/torch/nn/functional.py, line 5, in f, \n return g()"
+    assert source_line([torch_frame, "File /home/u/train.py, line 9, in step, \n loss = f(x)"]) == \
+        "/home/u/train.py:9 in step: loss = f(x)"
+    # code installed as a package (Megatron): the first frame outside torch and msprobe
+    assert source_line([torch_frame, "File /venv/lib/python3.11/site-packages/megatron/core/x.py, line 3, in fwd, \n y = h(x)"]) \
+        == "/venv/lib/python3.11/site-packages/megatron/core/x.py:3 in fwd: y = h(x)"
+    assert source_line(["File /a, b/t.py, line 1, in <module>, \n x()"]) == "/a, b/t.py:1 in <module>: x()"
+    assert source_line([]) is None and source_line({}) is None
+
+
 def test_help_names_both_spellings(tmp_path):
     res = run_cli(["nan_analyze", "-h"], tmp_path)
     assert res.returncode == 0 and "-i STEP_DIR" in res.stdout and "anomaly_analyze_" in res.stdout

@@ -22,9 +22,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from msprobe.core.errors import MsprobeError
 import numpy as np
 
+from msprobe.core.errors import MsprobeError
 from msprobe.core.nan_analyze.dumps import RankRecords, rank_folders, read_rank
 
 log = logging.getLogger("msprobe")
@@ -138,7 +138,7 @@ def analyze(step_dir: str, ranks: Dict[int, RankRecords]) -> Result:
     if found:
         return done(found, PHASE_BEFORE)
     log.info("Start searching anomaly node during communication.")
-    nodes, after, local = _comm_nodes(ranks, first_comm)
+    nodes, after, local = _comm_nodes(ranks)
     found = _during(ranks, nodes)
     if found:
         return done(found, PHASE_DURING)
@@ -174,7 +174,7 @@ def _before(ranks: Dict[int, RankRecords], first_comm: Dict[int, Optional[int]])
 
 
 # ------------------------------------------------------------------------------------------ phase 2
-def _comm_nodes(ranks, first_comm):
+def _comm_nodes(ranks: Dict[int, RankRecords]):
     """Per rank its communication nodes; per rank (first anomalous record after the last one, sub_layer);
     per rank the first anomalous record between two ops that is not held by an op with a bad input.
 

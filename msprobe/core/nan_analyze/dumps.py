@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
@@ -74,8 +75,9 @@ class RankRecords:
     def __len__(self) -> int:
         return len(self.names)
 
-    @property
+    @cached_property
     def anomalous_mask(self) -> np.ndarray:
+        """Per record: finite inputs, a non-finite output, not an ignored op."""
         return self.out_bad & ~self.in_bad & ~self.ignored
 
     def anomalous(self, i: int) -> bool:

@@ -18,7 +18,6 @@ from typing import Dict, List, Optional
 
 from msprobe.core.errors import MsprobeError
 from msprobe.core.nan_analyze.analyzer import PHASE_WORDS, Anomaly, Result
-from msprobe.core.nan_analyze.dumps import RankRecords
 
 log = logging.getLogger("msprobe")
 
@@ -133,20 +132,28 @@ def check_output_dir(output_dir: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------ console
-def _skip_frame(path: str) -> bool:
-    """A frame of a library (torch, msprobe, the standard library), not of the user's code."""
+_FRAMEWORK_DIRS = ("torch", "torch_npu", "msprobe", "mindspore", "megatron_patch")
+
+
+def _library_frame(path: str, strict: bool) -> bool:
+    """A frame of torch or msprobe (``strict``: of any installed package or the standard library too)."""
     import msprobe
 
-    pkg = os.path.dirname(os.path.abspath(msprobe.__file__))
     p = path.replace("\\", "/")
-    return ("site-packages/" in p or "dist-packages/" in p or p.startswith("<") or "/lib/python3" in p
-            or os.path.abspath(path).startswith(pkg + os.sep))
+    if p.startswith("<") or os.path.abspath(path).startswith(os.path.dirname(os.path.abspath(msprobe.__file__)) + os.sep):
+        return True
+    if strict:
+        return "site-packages/" in p or "dist-packages/" in p or "/lib/python3" in p
+    return any(f"/{d}/" in p for d in _FRAMEWORK_DIRS)
 
 
 def source_line(frames) -> Optional[str]:
-    """``file:line in func: code`` of the innermost frame of the user's code in a stack.json entry."""
+    """``file:line in func: code`` of the innermost frame of the user's code in a stack.json entry: the first
+    frame outside installed packages and the standard library, else (code installed as a package, e.g.
+    Megatron) the first outside torch and msprobe."""
     if not isinstance(frames, list):
         return None
+    parsed = []
     for frame in frames:
         if not isinstance(frame, str) or not frame.startswith("File "):
             continue
@@ -155,11 +162,13 @@ def source_line(frames) -> Optional[str]:
         if len(parts) < 3:
             continue
         path, line, func = ", ".join(parts[:-2]), parts[-2], parts[-1]
-        if _skip_frame(path):
-            continue
         line = line[len("line "):] if line.startswith("line ") else line
         func = func[len("in "):] if func.startswith("in ") else func
-        return f"{path}:{line} in {func}: {code.strip()}"
+        parsed.append((path, f"{path}:{line} in {func}: {code.strip()}"))
+    for strict in (True, False):
+        for path, text in parsed:
+            if not _library_frame(path, strict):
+                return text
     return None
 
 
