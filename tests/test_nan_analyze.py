@@ -581,63 +581,83 @@ def test_gloo_4_ranks(dump4, tmp_path, step):
 
 
 # ------------------------------------------------------------------------------------------ the reference
-def _ref_python():
+def _ref_python(name="venv833", module="nan_analyze"):
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
         from refvenv import ref_venv
     finally:
         sys.path.pop(0)
-    venv = ref_venv("venv833")
+    venv = ref_venv(name)
     exe = venv / "bin" / "python"
-    if not exe.exists() or not list((venv / "lib").glob("python*/site-packages/msprobe/nan_analyze")):
-        pytest.skip(f"the reference venv with nan_analyze is missing ({venv}); benchmarks/README.md says how to build it")
-    return exe
+    if not exe.exists() or not list((venv / "lib").glob(f"python*/site-packages/msprobe/{module}")):
+        return None, f"the reference venv {venv} with msprobe/{module} is missing; benchmarks/README.md says how to build it"
+    return exe, None
 
 
-#: the reference runs on these of our steps, all in one process (its import takes seconds)
+#: the reference runs on these of our steps, all in one process per version (its import takes seconds)
 REF_CASES = [(2, 1), (2, 2), (4, 1), (4, 2)]
+#: version -> (venv, package folder, the analyser's class)
+REF_VERSIONS = {"8.3.3": ("venv833", "nan_analyze", "msprobe.nan_analyze.analyzer:NanAnalyzer"),
+                "26.2.0": ("venv2620", "overflow_check", "msprobe.overflow_check.analyzer:OverFlowCheck")}
 _REF_SCRIPT = """
-import sys
-from msprobe.nan_analyze.analyzer import NanAnalyzer
-args = sys.argv[1:]
+import importlib, sys
+mod, cls = sys.argv[1].split(":")
+Analyzer = getattr(importlib.import_module(mod), cls)
+args = sys.argv[2:]
 for dump, out in zip(args[::2], args[1::2]):
-    NanAnalyzer(dump, out).analyze()
+    Analyzer(dump, out).analyze()
 """
 
 
 @pytest.fixture(scope="module")
 def reference(dump2, dump4, tmp_path_factory):
-    """{(world, step): (our output dir, the reference's output dir, its log)} on our gloo dumps."""
-    exe = _ref_python()
+    """{version: {(world, step): (our output dir, the reference's output dir, its log)}} on our gloo dumps;
+    a version whose venv is missing maps to the reason."""
     base = tmp_path_factory.mktemp("ref")
     dumps = {2: dump2, 4: dump4}
-    argv = []
-    for world, step in REF_CASES:
-        argv += [str(dumps[world] / f"step{step}"), str(base / f"ref{world}_{step}")]
-    res = subprocess.run([str(exe), "-c", _REF_SCRIPT, *argv], capture_output=True, text=True, timeout=600,
-                         cwd=str(base))
-    assert res.returncode == 0, res.stderr[-3000:]
-    out = {}
+    ours = {}
     for world, step in REF_CASES:
         (base / f"ours{world}_{step}").mkdir()
-        ours, _ = analyze(dumps[world] / f"step{step}", base / f"ours{world}_{step}")
-        out[(world, step)] = (ours, base / f"ref{world}_{step}", res.stdout + res.stderr)
+        ours[(world, step)], _ = analyze(dumps[world] / f"step{step}", base / f"ours{world}_{step}")
+    out = {}
+    for version, (venv, folder, cls) in REF_VERSIONS.items():
+        exe, why = _ref_python(venv, folder)
+        if exe is None:
+            out[version] = why
+            continue
+        argv = []
+        for world, step in REF_CASES:
+            argv += [str(dumps[world] / f"step{step}"), str(base / f"ref{version}_{world}_{step}")]
+        res = subprocess.run([str(exe), "-c", _REF_SCRIPT, cls, *argv], capture_output=True, text=True, timeout=600,
+                             cwd=str(base))
+        assert res.returncode == 0, res.stderr[-3000:]
+        out[version] = {case: (ours[case], base / f"ref{version}_{case[0]}_{case[1]}", res.stdout + res.stderr)
+                        for case in REF_CASES}
     return out
 
 
+def _ref_of(reference, version):
+    got = reference[version]
+    if isinstance(got, str):
+        pytest.skip(got)
+    return got
+
+
+@pytest.mark.parametrize("version", list(REF_VERSIONS))
 @pytest.mark.parametrize("world,step", [(2, 1), (2, 2), (4, 1)])
-def test_reference_agrees_on_our_dumps(reference, world, step):
-    """The reference's nan_analyze on our dumps names the same rank and op, in a byte-identical file.
-    (Not on (4, 2): see test_reference_differs_on_broadcast_root.)"""
-    ours, ref_out, _ = reference[(world, step)]
+def test_reference_agrees_on_our_dumps(reference, version, world, step):
+    """The reference's nan_analyze (8.3.3) / overflow_check (26.2.0) on our dumps names the same rank and op,
+    in a byte-identical file.  (Not on (4, 2): see test_reference_differs_on_broadcast_root.)"""
+    ours, ref_out, _ = _ref_of(reference, version)[(world, step)]
     assert found(ref_out) == found(ours) == EXPECTED[(world, step)][1]
     assert result_files(ref_out)[0].read_bytes() == result_files(ours)[0].read_bytes()
 
 
-def test_reference_differs_on_broadcast_root(reference):
+@pytest.mark.parametrize("version", list(REF_VERSIONS))
+def test_reference_differs_on_broadcast_root(reference, version):
     """docs/nan_analyze.md NA1: the reference does not link the receivers of broadcast(t, src=2) to the root
     and names a receiver's broadcast (an effect); msprobe names the root's exp that made the inf."""
-    ours, ref_out, log = reference[(4, 2)]
+    ours, ref_out, log = _ref_of(reference, version)[(4, 2)]
     assert 'Cannot find connected communication node for "2.Distributed.broadcast.0.forward"' in log
     ref = found(ref_out)
     assert list(ref.values()) == [["Distributed.broadcast.0.forward"]] and "rank_2" not in ref
