@@ -134,7 +134,10 @@ class Collector(CollectorBase):
                 self.resolve()
             return rec
         a = self._host(t)
-        self._stats(a, rec)
+        try:
+            self._stats(a, rec)
+        except Exception as exc:     # reported once by the service; the record (md5, file) stays, without values
+            self.stat_errors.append(exc)
         if self.md5:
             rec["md5"] = "%08x" % (zlib.crc32(np.ascontiguousarray(a).tobytes()) & 0xFFFFFFFF)
         if save and self.tensor_dir is not None:
