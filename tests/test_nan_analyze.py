@@ -486,6 +486,57 @@ def test_source_line_is_the_users_frame():
     assert source_line([]) is None and source_line({}) is None
 
 
+def test_damaged_construct_and_stack_only_warn(tmp_path):
+    step = write_step(tmp_path / "s", {0: {"Torch.log.0.forward": R([OK], [T(NAN)])}})
+    (step / "rank0" / "construct.json").write_text('{"Torch.log.0.forward": ')
+    (step / "rank0" / "stack.json").write_text('{"0": [["Torch.log.0.forward"], "not a list"]}')
+    out, res = analyze(step, tmp_path)
+    node = read_result(out)["rank_0"][0]
+    assert node["construct_info"] == ["Torch.log.0.forward"] and node["stack_info"] == {}
+    assert "the result lists no parent modules" in res.stderr and "the result has no call stacks" in res.stderr
+
+
+def test_mutated_inputs_never_crash(tmp_path, capsys):
+    """Random damage to dump.json, construct.json and stack.json (cuts, junk values, deleted characters):
+    exit status 0 or 2, at most one error line, never a traceback or an internal error, inputs unchanged."""
+    import random
+
+    from msprobe.cli.main import main
+
+    rnd = random.Random(1234)
+    ar = "Distributed.all_reduce.{}.forward"
+    junk = ["null", "[]", "{}", '"x"', "1e999", "-Infinity", "true", '{"type": "torch.ProcessGroup"}', "[[[]]]", '"nan"']
+    base = {0: {ar.format(0): R([OK], [OK], group={"type": "torch.ProcessGroup", "group_ranks": [0, 1]}),
+                "Torch.log.0.forward": R([OK], [T(NAN)]), "Distributed.send.0.forward": R([T(NAN)], [], dst=I(1))},
+            1: {ar.format(0): R([OK], [OK]), "Distributed.recv.0.forward": R([OK, I(0)], [T(NAN)]),
+                "Tensor.mul.0.forward": R([T(NAN)], [T(NAN)])}}
+    for k in range(40):
+        step = write_step(tmp_path / f"m{k}", base)
+        target = step / f"rank{rnd.randint(0, 1)}" / rnd.choice(["dump.json", "dump.json", "construct.json", "stack.json"])
+        text = target.read_text()
+        how = rnd.choice(["cut", "junk", "delete"])
+        if how == "cut":
+            text = text[:rnd.randint(0, len(text))]
+        elif how == "junk":
+            starts = [i for i, c in enumerate(text) if c in "[{0123456789-\"ntf" and text[i - 1] in ":[, "]
+            i = rnd.choice(starts)
+            j = i + 1
+            while j < len(text) and text[j] not in ",]}":
+                j += 1
+            text = text[:i] + rnd.choice(junk) + text[j:]
+        else:
+            i = rnd.randrange(len(text))
+            text = text[:i] + text[i + 1:]
+        target.write_text(text)
+        before = {p: p.read_bytes() for p in step.rglob("*.json")}
+        rc = main(["nan_analyze", "-i", str(step), "-o", str(tmp_path / f"o{k}"), "-j", "1", "-q"])
+        cap = capsys.readouterr()
+        assert rc in (0, 2), (k, how, target.name, cap.err)
+        assert "Traceback" not in cap.err and "internal error" not in cap.err, (k, cap.err)
+        assert len([ln for ln in cap.err.splitlines() if ln.startswith("msprobe: error:")]) == (1 if rc else 0)
+        assert {p: p.read_bytes() for p in step.rglob("*.json")} == before
+
+
 def test_help_names_both_spellings(tmp_path):
     res = run_cli(["nan_analyze", "-h"], tmp_path)
     assert res.returncode == 0 and "-i STEP_DIR" in res.stdout and "anomaly_analyze_" in res.stdout

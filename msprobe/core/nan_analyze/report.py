@@ -54,14 +54,24 @@ def _construct(path: Optional[str]) -> dict:
 
     if not path:
         return {}
-    obj = load_json(path, "construct.json")
+    try:
+        obj = load_json(path, "construct.json")
+    except MsprobeError as exc:   # the result is still right without the module chain: say so and go on
+        log.warning("%s; the result lists no parent modules for this rank", exc)
+        return {}
     return obj if isinstance(obj, dict) else {}
 
 
 def _stacks(path: Optional[str]) -> Dict[str, List[str]]:
     from msprobe.core.dump.reader import load_stack_frames
 
-    return load_stack_frames(path) if path else {}
+    if not path:
+        return {}
+    try:
+        return load_stack_frames(path)
+    except MsprobeError as exc:
+        log.warning("%s; the result has no call stacks for this rank", exc)
+        return {}
 
 
 def construct_chain(construct: dict, op_name: str) -> List[str]:
