@@ -236,6 +236,7 @@ def _load_side(path: str, side: str, stack_path: Optional[str]) -> DumpRows:
     rows = read_dump(path, side, stack_path=stack_path)
     if rows.task == MODE_STATISTICS and not rows.has_md5:
         rows.parsed = [st.parsed_stats(c) for c in (rows.stat_max, rows.stat_min, rows.stat_mean, rows.stat_norm)]
+        rows.data_name, rows._md5_raw = [], []  # (tensor and md5 modes only) a pointer a row each, not kept
     return rows
 
 

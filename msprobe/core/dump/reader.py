@@ -67,12 +67,12 @@ class _NoValue:
 NO_VALUE = _NoValue()
 
 
-_F, _I, _O = 0, 1, 2  # CompactValues kinds: a float, an int (exact in float64), any other object
+_F, _I, _O, _N = 0, 1, 2, 3  # CompactValues kinds: a float, an int (exact in float64), another object, None
 
 
 class CompactValues:
     """A column of statistic values (float / int / str / None / bool text ...) held as a float64 array, a kind
-    byte per value and a dict of the few values that are not numbers: about 9 bytes a value instead of 32
+    byte per value (float, int, None, other) and a dict of the few other values: about 9 bytes a value instead of 32
     for a Python float and its list slot (a 200 MB dump.json has 3 million of them per side).
 
     Reads like the list it replaces (``len``, ``col[i]``, iteration, ``tolist()``, ``repr`` and ``==`` as
@@ -94,10 +94,10 @@ class CompactValues:
     def extend(self, values) -> None:
         values = list(values) if not isinstance(values, (list, tuple)) else values
         n = len(values)
-        kind = np.array([_F if v.__class__ is float else (_I if v.__class__ is int and -_EXACT <= v <= _EXACT else _O)
-                         for v in values], dtype=np.int8)
+        kind = np.array([_F if v.__class__ is float else (_I if v.__class__ is int and -_EXACT <= v <= _EXACT else
+                                                          (_N if v is None else _O)) for v in values], dtype=np.int8)
         vals = np.full(n, np.nan)
-        num = np.flatnonzero(kind != _O)
+        num = np.flatnonzero(kind <= _I)
         if len(num):
             vals[num] = np.fromiter((values[i] for i in num.tolist()), dtype=np.float64, count=len(num))
         base = self._n
@@ -130,6 +130,8 @@ class CompactValues:
         other = self._other
         for i in np.flatnonzero(kind == _O).tolist():
             out[i] = other[int(safe[i])] if idx[i] >= 0 else fill
+        for i in np.flatnonzero(kind == _N).tolist():
+            out[i] = None
         if len(idx) and idx.min() < 0:
             for i in np.flatnonzero(idx < 0).tolist():
                 out[i] = fill
@@ -138,7 +140,7 @@ class CompactValues:
     def numbers(self) -> Tuple[np.ndarray, np.ndarray, dict]:
         """(float64 values, is-a-float-or-int mask, {row: other value}) of the whole column (views)."""
         self._join()
-        return self._vals, self._kind != _O, self._other
+        return self._vals, self._kind <= _I, self._other
 
     def __getitem__(self, key):
         if isinstance(key, slice):
