@@ -538,3 +538,45 @@ def test_reference_made_dumps(tmp_path, capsys):
         for r in rows:
             assert r[1] == "pass" or (r[1] == "SKIP" and "NPU-only API" in r[3]), (case, r)
     assert "real data" in capsys.readouterr().out
+
+
+# the reference's run_ut has no CPU device; its device is redirected to the CPU (checks_and_monitors.md Appendix)
+REF_RUN_UT = r"""
+import sys, torch
+torch.cuda.set_device = lambda *a, **k: None
+import msprobe.pytorch.api_accuracy_checker.run_ut.run_ut as ru
+import msprobe.pytorch.api_accuracy_checker.run_ut.run_ut_utils as ruu
+ru.current_device = "cpu"
+ruu.current_device = "cpu"
+sys.argv = ["run_ut"] + sys.argv[1:]
+ru._run_ut()
+"""
+
+
+def test_reference_made_details_through_both_compares(tmp_path, dumps):
+    """Details CSVs written by the reference's own run_ut (clean as GPU, noisy as NPU): our
+    api_precision_compare writes the same two files as the reference's, byte for byte."""
+    exe = _ref_msprobe()
+    python = exe.parent / "python"
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps({"task": "run_ut", "run_ut": {"white_list": ["linear", "softmax", "add", "transpose"]}}))
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("PYTHONPATH", None)
+    made = {}
+    for label, prelude in (("gpu", ""), ("npu", NOISE)):
+        out = tmp_path / label
+        proc = subprocess.run([str(python), "-c", prelude + REF_RUN_UT, "-api_info", str(dumps["statistics"]), "-o",
+                               str(out), "-config", str(cfg)], capture_output=True, text=True, env=env,
+                              timeout=600, cwd=str(tmp_path))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        made[label] = outputs(out)[1]
+    ref_out, our_out = tmp_path / "ref_apc", tmp_path / "our_apc"
+    _ref_compare(exe, made["npu"], made["gpu"], ref_out)
+    assert main(["api_precision_compare", "-npu", str(made["npu"]), "-gpu", str(made["gpu"]), "-o", str(our_out)]) == 0
+    for kind in ("result", "details"):
+        ref = next(ref_out.glob(f"api_precision_compare_{kind}_*.csv")).read_bytes()
+        ours = next(our_out.glob(f"api_precision_compare_{kind}_*.csv")).read_bytes()
+        assert ours == ref, kind
+    (_, rows), _ = _apc_outputs(our_out)
+    errors = {r[0] for r in rows if r[1] == "error"}
+    assert errors == {n for n in apis_of(dumps["statistics"]) if n.rsplit(".", 1)[0] in NOISY_STANDARD}

@@ -55,7 +55,7 @@ def worst_status(statuses: Iterable[str]) -> str:
 
 def _line(cells: Sequence[str]) -> str:
     buf = io.StringIO()
-    csv.writer(buf, lineterminator="\n").writerow(cells)
+    csv.writer(buf, lineterminator="\r\n").writerow(cells)
     return buf.getvalue()
 
 

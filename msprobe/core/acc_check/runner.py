@@ -80,13 +80,14 @@ def run(opts: Options, target: str = "msprobe.pytorch.acc_check.checker:make_che
     cfg = load_run_ut_config(opts.config)
     started = time.perf_counter()
     plan = build_plan(opts.api_info, cfg, filter_api=opts.filter_api, data_mode=opts.data_mode)
-    log.info("%s: read 1 dump (%d APIs, %d to run) in %.2f s", opts.command, len(plan.items), len(plan.runnable),
-             time.perf_counter() - started)
+    read_seconds = time.perf_counter() - started
     if opts.csv_path:
         files = open_resume(opts.csv_path)
     else:
         out = ensure_output_dir(opts.out_path or "./")
         files = ResultFiles.create(out, free_timestamp(out))
+    log.info("%s: read 1 dump (%d APIs, %d to run) in %.2f s", opts.command, len(plan.items), len(plan.runnable),
+             read_seconds)  # after every input check: a bad input is one line
     summary = Summary(total=len(plan.items), result_path=files.result_path, details_path=files.details_path)
     error_dir = None
     try:
