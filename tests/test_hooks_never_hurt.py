@@ -360,6 +360,18 @@ def _released(h):
     return h + z.sum() + e.shape[0] * 0
 
 
+def _nested(h):
+    n = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])        # strided layout: no plain sizes
+    n * 2
+    return h
+
+
+def _jagged(h):
+    n = torch.nested.nested_tensor([torch.ones(2, 4), torch.ones(3, 4)], layout=torch.jagged)   # a ragged dim
+    n * 2
+    return h
+
+
 def _param_subclass(m):
     m.head.weight = MyParam(m.head.weight.detach().clone())
 
@@ -372,6 +384,8 @@ UNUSUAL = {
     "sparse_coo": (dict(extra=_sparse_coo), "Tensor.__mul__"),
     "sparse_csr": (dict(extra=_sparse_csr), "Tensor.__matmul__"),
     "released_storage": (dict(extra=_released), "Torch.empty_like"),
+    "nested": (dict(extra=_nested), "Tensor.__mul__"),
+    "nested_jagged": (dict(extra=_jagged), "Tensor.__mul__"),
 }
 CONFIGS = {
     "statistics_mix": dict(task="statistics", level="mix"),
@@ -404,6 +418,10 @@ def test_unusual_tensors_are_recorded_without_failure(tmp_path, kind, config):
         rec = recs["Tensor.__mul__.0.forward"]
         assert rec["output"][0]["Max"] == 2.0 and rec["output"][0]["Min"] == 0.0
         assert rec["output"][0]["Mean"] == pytest.approx(0.25)
+    if kind.startswith("nested"):
+        # measured through the elements of its components: ones * 2; a ragged dimension is null in the shape
+        out = recs["Tensor.__mul__.0.forward"]["output"][0]
+        assert out["Max"] == 2.0 and out["Min"] == 2.0 and out["shape"][0] == 2 and None in out["shape"]
 
 
 COMPILE_BACKENDS = ["eager", "aot_eager", "inductor"]

@@ -119,6 +119,30 @@ class TensorWriter:
             self._q.join()
 
 
+def _dim_size(d):
+    try:
+        return int(d)
+    except Exception:         # a ragged dimension (a nested int)
+        return None
+
+
+def _shape_of(t):
+    """The record's shape as ints: a ragged dimension of a nested tensor is null, as are sizes it does not have."""
+    try:
+        return tuple(d if d.__class__ is int else _dim_size(d) for d in t.shape)
+    except Exception:
+        pass
+    try:
+        n = t.dim()
+    except Exception:
+        return ()
+    try:
+        first = int(t.size(0))
+    except Exception:
+        first = None
+    return ((first,) + (None,) * (n - 1)) if n else ()
+
+
 def _no_report(where, exc):
     pass
 
@@ -159,7 +183,11 @@ class Collector(CollectorBase):
         dname = _DTYPE_NAMES.get(dtype)
         if dname is None:
             dname = _DTYPE_NAMES[dtype] = str(dtype)
-        rec = {"type": _tensor_type_name(t), "dtype": dname, "shape": tuple(t.shape),
+        try:
+            shape = tuple(t.shape) if t.__class__ is _TENSOR else _shape_of(t)
+        except Exception:         # a nested tensor has no plain sizes
+            shape = _shape_of(t)
+        rec = {"type": _tensor_type_name(t), "dtype": dname, "shape": shape,
                "Max": None, "Min": None, "Mean": None, "Norm": None,
                "requires_grad": t.requires_grad}
         p = None

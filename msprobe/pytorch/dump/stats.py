@@ -73,11 +73,15 @@ _SPARSE_COMPRESSED = tuple(getattr(torch, n) for n in ("sparse_csr", "sparse_csc
 def readable(t):
     """A dense tensor with the values of ``t`` (statistics, md5, files), or None when they cannot be read: a meta
     or fake tensor, a storage that was released (``untyped_storage().resize_(0)``, as FSDP does), a sparse tensor
-    of more than ``_DENSE_MAX`` elements, another layout. Used when the common path failed (never on the hot path)."""
+    of more than ``_DENSE_MAX`` elements, another layout. Sparse tensors give their dense values, nested tensors
+    the elements of all their components. Used when the common path failed (never on the hot path)."""
     try:
         p = _plain(t)
         if p.is_meta or (type(p) not in _PLAIN_TYPES and (getattr(p, "is_fake", False) or hasattr(p, "fake_mode"))):
             return None
+        if getattr(p, "is_nested", False):       # a nested tensor without a flat values() view: its elements
+            parts = [c.reshape(-1) for c in p.unbind()]
+            return torch.cat(parts) if parts else None
         layout = p.layout
         if layout is not torch.strided:
             if (layout is torch.sparse_coo or layout in _SPARSE_COMPRESSED) and p.numel() <= _DENSE_MAX:
