@@ -319,6 +319,14 @@ def test_bad_input(tmp_path, dumps, capsys):
     assert "tensors are missing" in _one_line(capsys)
     assert main(["-f", "pytorch", "run_ut", "-api_info", stat, "-d", "0", "0", "-o", str(out)]) == 2
     assert "device id must be unique" in _one_line(capsys)
+    ms = tmp_path / "ms_dump.json"
+    ms.write_text(json.dumps({"task": "statistics", "level": "L1", "framework": "mindspore", "data": {}}))
+    assert main(["acc_check", "-api_info", str(ms), "-o", str(out)]) == 2
+    assert "MindSpore pre-check is not available" in _one_line(capsys)
+    nofw = tmp_path / "no_framework.json"
+    nofw.write_text(json.dumps({"task": "statistics", "data": {}}))
+    assert main(["acc_check", "-api_info", str(nofw), "-o", str(out)]) == 2
+    assert 'Key "framework" not found' in _one_line(capsys)
     assert not out.exists()  # nothing written on error
 
 
