@@ -300,6 +300,38 @@ def test_injected_failure_never_changes_training_and_is_logged_once(tmp_path, mo
     assert len(warned) == 1, warned
 
 
+class _NotJson:
+    def __str__(self):
+        return "<not json>"
+
+
+def test_a_value_json_cannot_hold_costs_only_that_value(tmp_path, monkeypatch):
+    """A recorder bug that puts a value JSON has no type for into a record (a jagged tensor's symbolic size did)
+    must not cost the step's dump.json: the file is written with the value's text, the problem logged once."""
+    from msprobe.pytorch.dump import collector as col_mod
+
+    orig = col_mod.Collector.convert
+
+    def convert(self, v, path, save, depth=0):
+        out = orig(self, v, path, save, depth)
+        if path.endswith(".kwargs.dim"):
+            out = {"type": "int", "value": _NotJson()}
+        return out
+
+    dump = tmp_path / "dump"
+    dbg = PrecisionDebugger(config_path=write_config(tmp_path / "config.json", dump))
+    monkeypatch.setattr(col_mod.Collector, "convert", convert)
+    got = train(dbg)
+    monkeypatch.undo()
+    assert_same_training(baseline(), got)
+    for s in range(STEPS):
+        data = dump_data(dump, s)
+        assert data["Torch.softmax.0.forward"]["input_kwargs"]["dim"] == {"type": "int", "value": "<not json>"}
+    entries = assert_logged_once(dump)
+    assert [(w, t) for w, t, _s in entries] == [("flush", "TypeError")]
+    assert "_NotJson" in log_text(dump) and "dump.json" in log_text(dump)
+
+
 def test_log_places_ignore_call_counters():
     assert place("Functional.linear.3.forward") == place("Functional.linear.0.forward") == "Functional.linear.forward"
     assert place("Module.layers.1.Linear.backward.2") == "Module.layers.Linear.backward"

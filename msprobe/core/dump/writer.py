@@ -54,10 +54,18 @@ def _default(obj):
     raise TypeError(f"cannot write {type(obj).__name__} to JSON")
 
 
-def dumps(obj, indent=True):
-    """Serialise ``obj`` to JSON bytes (2-space indent by default), NaN/Infinity as literals."""
+def _lenient(obj):
+    try:
+        return _default(obj)
+    except TypeError:
+        return str(obj)
+
+
+def dumps(obj, indent=True, lenient=False):
+    """Serialise ``obj`` to JSON bytes (2-space indent by default), NaN/Infinity as literals. ``lenient``: a value
+    JSON has no type for is written as its ``str()`` instead of raising TypeError."""
     opt = orjson.OPT_INDENT_2 if indent else 0
-    data = orjson.dumps(obj, default=_default, option=opt)
+    data = orjson.dumps(obj, default=_lenient if lenient else _default, option=opt)
     if b"\\u0000msprobe:" in data:
         for token, literal in _SPLICE:
             data = data.replace(token, literal)
@@ -134,20 +142,28 @@ def write_step_files(step_dir, files, submit=None):
     serialised now, because the caller keeps changing them, and written on that thread."""
     from msprobe.core.progress import slow_stage
 
+    failed = []
+    blobs = []
+    for name, obj in files:
+        slow_stage(f"serialising {name}" if submit is not None else f"writing {name}", _entries(obj), "entries")
+        try:
+            blob = dumps(obj)
+        except TypeError as exc:
+            # a value JSON has no type for (a bug in a recorder): the step's file is written all the same, with
+            # that value as text, and the problem goes to dump_error_info.log (raised below, once all are written)
+            failed.append(f"{name}: {exc}")
+            blob = dumps(obj, lenient=True)
+        if submit is not None:
+            blobs.append((name, blob))
+        else:
+            write_bytes(os.path.join(step_dir, name), blob)
     if submit is not None:
-        blobs = []
-        for name, obj in files:
-            slow_stage(f"serialising {name}", _entries(obj), "entries")
-            blobs.append((name, dumps(obj)))
-
         def write_all():
             for name, blob in blobs:
                 write_bytes(os.path.join(step_dir, name), blob)
         submit(write_all)
-    else:
-        for name, obj in files:
-            slow_stage(f"writing {name}", _entries(obj), "entries")
-            write_json(os.path.join(step_dir, name), obj)
+    if failed:
+        raise TypeError("; ".join(failed) + " (written with the value's text in its place)")
 
 
 def _entries(obj):
