@@ -17,7 +17,7 @@ from msprobe.core.dump import writer as jw
 from msprobe.core.dump.collector_base import CollectorBase
 from msprobe.core.dump.records import builtin_record
 from msprobe.pytorch.tensor_io import save_tensor, tensor_file_name
-from msprobe.pytorch.dump.stats import StatBuffer, _plain, _tensor_type_name, crc32_deferred, readable
+from msprobe.pytorch.dump.stats import _PLAIN_TYPES, StatBuffer, _plain, _tensor_type_name, crc32_deferred, readable
 
 MAX_DEPTH = 400
 FLUSH_STATS_EVERY = 4096     # pending tensors: resolve statistics so device scalars do not pile up
@@ -184,7 +184,7 @@ class Collector(CollectorBase):
         if dname is None:
             dname = _DTYPE_NAMES[dtype] = str(dtype)
         try:
-            shape = tuple(t.shape) if t.__class__ is _TENSOR else _shape_of(t)
+            shape = tuple(t.shape) if t.__class__ in _PLAIN_TYPES else _shape_of(t)
         except Exception:         # a nested tensor has no plain sizes
             shape = _shape_of(t)
         rec = {"type": _tensor_type_name(t), "dtype": dname, "shape": shape,
