@@ -27,8 +27,9 @@ Backward
     them the statistics cache is dropped; async ones are recorded when their Work completes.
   * Parameter gradients: tensor hooks on the parameters (the incoming gradient, as 8.x records).
 
-Every hook body runs inside :func:`guarded`: an exception is written once per name to
-``dump_error_info.log`` and training goes on.
+Every hook body runs inside :func:`guarded`: an exception is written to ``dump_error_info.log`` once per
+place and error type (msprobe.core.dump.errorlog) and training goes on. While torch.compile traces, nothing is
+recorded and the wrappers step aside without a graph break.
 """
 import functools
 import gc
