@@ -188,7 +188,8 @@ def error_entries(dump: Path):
 
 def _logs(dump: Path):
     """The error logs: one per step directory, and dump_path's own when no step directory could be made."""
-    return [p for p in [dump / "dump_error_info.log"] if p.is_file()] + sorted(dump.glob("step*/rank*/dump_error_info.log"))
+    own = [p for p in [dump / "dump_error_info.log"] if p.is_file()]
+    return own + sorted(dump.glob("step*/rank*/dump_error_info.log"))
 
 
 def log_text(dump: Path):
@@ -596,7 +597,8 @@ def _ms_net(out: Path, task: str, *flags):
     import os
     import subprocess
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_") and k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("PYTEST_") and k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(PYTHONPATH=str(ROOT), GLOG_v="3")
     res = subprocess.run([str(MS_PY), str(ROOT / "tests" / "mindspore" / "ms_net.py"), str(out), "golden", "mix", task,
                           "--steps", str(STEPS), *flags], capture_output=True, text=True, timeout=600, env=env,

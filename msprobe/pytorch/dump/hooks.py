@@ -652,7 +652,8 @@ class Hooks:
 
     # ------------------------------------------------------------------ API calls
     def call(self, name, func, args, kwargs, distributed=False, shown=None):
-        if _compiling() or self.apis_suspended or os.getpid() != self.pid:   # compile tracing, forked children: not recorded
+        # torch.compile tracing and forked children (DataLoader workers): nothing recorded
+        if _compiling() or self.apis_suspended or os.getpid() != self.pid:
             out = func(*args, **kwargs)
             if distributed:
                 self.col.stats.forget_all()
