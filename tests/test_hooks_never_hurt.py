@@ -333,6 +333,31 @@ def test_a_value_json_cannot_hold_costs_only_that_value(tmp_path, monkeypatch):
     assert "_NotJson" in log_text(dump) and "dump.json" in log_text(dump)
 
 
+class _Unprintable(RuntimeError):
+    def __str__(self):
+        raise ValueError("no message")
+
+
+def test_an_exception_whose_message_fails_is_still_logged_once(tmp_path, monkeypatch, warnings_seen):
+    from msprobe.pytorch.dump import stats
+
+    def broken(*args, **kwargs):
+        err = _Unprintable()
+        err.__cause__ = err           # a cycle in the cause chain, too
+        raise err
+
+    dump = tmp_path / "dump"
+    dbg = PrecisionDebugger(config_path=write_config(tmp_path / "config.json", dump))
+    monkeypatch.setattr(stats.StatBuffer, "add", broken)
+    got = train(dbg)
+    monkeypatch.undo()
+    assert_same_training(baseline(), got)
+    entries = assert_logged_once(dump)
+    assert entries and all(t == "_Unprintable" for _w, t, _s in entries)
+    assert "message cannot be shown" in log_text(dump)
+    assert len([m for m in warnings_seen if "_Unprintable" in m]) == 1
+
+
 def test_log_places_ignore_call_counters():
     assert place("Functional.linear.3.forward") == place("Functional.linear.0.forward") == "Functional.linear.forward"
     assert place("Module.layers.1.Linear.backward.2") == "Module.layers.Linear.backward"

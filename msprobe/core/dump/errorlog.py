@@ -23,12 +23,21 @@ _NO_SPACE = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG)
 _COUNTER = re.compile(r"\.\d+(?=[.\s]|$)")
 
 
+def _text(exc) -> str:
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - an exception whose message itself fails
+        return f"<the {type(exc).__name__}'s message cannot be shown>"
+
+
 def _no_space(exc):
     e = exc
-    while e is not None:
+    for _ in range(20):
+        if e is None:
+            break
         if isinstance(e, OSError) and e.errno in _NO_SPACE:
             return True
-        text = str(e).lower()
+        text = _text(e).lower()
         if "no space left" in text or "disk quota" in text or "file too large" in text:
             return True   # torch.save wraps the OSError in a RuntimeError with the message
         e = e.__cause__ or e.__context__
@@ -44,14 +53,14 @@ def _cause(exc):
     """The exception type and the code line that raised it (the message may differ per call)."""
     tb = exc.__traceback__
     if tb is None:
-        return type(exc).__name__, str(exc)[:200]
+        return type(exc).__name__, _text(exc)[:200]
     while tb.tb_next is not None:
         tb = tb.tb_next
     return type(exc).__name__, tb.tb_frame.f_code.co_filename, tb.tb_lineno
 
 
 def _short(exc, limit=300):
-    text = str(exc).strip().splitlines()
+    text = _text(exc).strip().splitlines()
     text = text[0] if text else ""
     return text if len(text) <= limit else text[:limit] + "..."
 
@@ -89,7 +98,7 @@ class ErrorLog:
                     log.warning("msprobe: no space left on device in %s: the dump of this step is incomplete (files "
                                 "that could not be written are absent, never left empty or partial); training "
                                 "continues. Free some space or set another dump_path. First failure: %s (%s)",
-                                self.directory, where, exc)
+                                self.directory, where, _short(exc))
                 else:
                     log.warning("msprobe: could not record %s (%s: %s); training continues. Reported once: "
                                 "details and the other records it hits in %s", where, type(exc).__name__,
@@ -104,7 +113,11 @@ class ErrorLog:
             head = (f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] msprobe could not record {where}: "
                     f"{type(exc).__name__}: {_short(exc, 2000)}")
             if first:
-                text = head + "\n" + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)) + "\n"
+                try:
+                    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+                except Exception:  # noqa: BLE001
+                    tb = "".join(traceback.format_tb(exc.__traceback__))
+                text = head + "\n" + tb + "\n"
             else:
                 text = head + " (same cause as an earlier entry, logged there with its traceback)\n"
             with os.fdopen(fd, "a", encoding="utf-8") as f:
