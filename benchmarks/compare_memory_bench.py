@@ -1,12 +1,12 @@
 """Peak memory of ``msprobe compare`` on a big statistics dump pair, as a multiple of one dump.json's size.
 
     .venv/bin/python benchmarks/compare_memory_bench.py [--work-dir DIR (default: <tempdir>/msprobe_memb)] [--rows 580000]
-        [--modes csv,xlsx,ranks] [--msprobe-root DIR] [--interval 0.02]
+        [--modes csv,xlsx,ranks,ranks2,csv-j1] [--msprobe-root DIR] [--interval 0.02]
 
 Makes (once, with benchmarks/gen_inputs.py) a statistics pair of about 200 MB per dump.json
 (``--rows 580000`` tensor rows per side), then runs ``msprobe compare -tp T -gp G -o OUT --csv``, the same with ``-j 1`` (csv-j1: both sides parsed one
-after the other in one process) and the xlsx default, and, for ``ranks``, a 4-rank layout (the same pair linked as rank0..rank3, ``-j 2``) to show that the
-peak does not grow with the number of ranks.
+after the other in one process) and the xlsx default, and, for ``ranks`` / ``ranks2``, a 4-rank / 2-rank layout (the same pair linked as rank0..rankN,
+``-j 2``) to show that the peak does not grow with the number of ranks (it is ``-j`` workers each holding one pair).
 
 Measurement: the command's whole process tree (the CLI, the forked worker that parses the golden side, the
 rank workers) is sampled every ``--interval`` seconds from /proc (VmRSS of every process of the tree, summed);
@@ -135,13 +135,14 @@ def main(argv=None) -> int:
             cmd = base + ["-tp", str(t), "-gp", str(g), "-o", str(out), "--csv", "-j", "1"]
         elif mode == "xlsx":
             cmd = base + ["-tp", str(t), "-gp", str(g), "-o", str(out)]
-        elif mode == "ranks":
-            root = ranks_layout(stat, work, 4)
+        elif mode in ("ranks", "ranks2"):
+            root = ranks_layout(stat, work, 4 if mode == "ranks" else 2)
             cmd = base + ["-tp", str(root / "target" / "step0"), "-gp", str(root / "golden" / "step0"), "-o", str(out), "--csv", "-j", "2"]
         else:
             raise SystemExit(f"unknown mode {mode}")
         r = measure(cmd, env, a.interval)
-        label = {"csv": "one pair, --csv", "xlsx": "one pair, xlsx", "csv-j1": "one pair, --csv -j 1", "ranks": "4 ranks, --csv -j 2"}[mode]
+        label = {"csv": "one pair, --csv", "xlsx": "one pair, xlsx", "csv-j1": "one pair, --csv -j 1", "ranks": "4 ranks, --csv -j 2",
+                 "ranks2": "2 ranks, --csv -j 2"}[mode]
         print(f"{label:<22} {r['peak'] / 2**30:>12.2f} GiB {r['peak'] / size:>11.1f}x {r['procs']:>6} {r['wall']:>7.1f}s",
               flush=True)
     return 0
