@@ -375,11 +375,57 @@ def make_scenarios(fx: Path) -> List[Scenario]:
         cfg = _copy(rnd.choice(cfgs), ws / "config.json")
         return ["@config", str(cfg), str(ws / "dump")], [cfg, cfg, cfg]
 
+    def nan_analyze(ws: Path, rnd: random.Random):
+        case = rnd.choice(["multirank_mlp_bf16_stat_mix"] * 2 + [c for c in dump_cases if "md5" not in c])
+        step = _copy(fx / case / rnd.choice(("target", "golden")) / "step0", ws / "step")
+        argv = rnd.choice((["-f", "pytorch", "nan_analyze"], ["nan_analyze"], ["overflow_check"]))
+        argv = argv + ["-i", str(step), "-o", str(ws / "out"), "-q"] + (["-j", "2"] if rnd.random() < .2 else [])
+        files = _files(step, "*.json")
+        return argv, files + _pick(rnd, [p for p in files if p.name == "dump.json"], 2)
+
+    def run_ut(ws: Path, rnd: random.Random):
+        case = rnd.choice(("mlp_bf16_stat_mix", "mlp_bf16_stat_L1", "mlp_bf16_tensor_mix"))
+        t = _copy(rank_dir(case, "target"), ws / "t")
+        command = rnd.choice(("-f pytorch run_ut", "acc_check", "-f pytorch multi_run_ut"))
+        argv = command.split() + ["-api_info", str(t / "dump.json"), "-o", str(ws / "out"), "-q", "--timeout", "20"]
+        if "multi" in command:
+            argv += ["-n", "2"]
+        tensors = _files(t / "dump_tensor_data") if (t / "dump_tensor_data").is_dir() else []
+        return argv, [t / "dump.json", t / "dump.json"] + _pick(rnd, tensors, 2)
+
+    def api_precision_compare(ws: Path, rnd: random.Random):
+        from msprobe.core.acc_check.results import DETAILS_HEADER
+        import csv as _csv
+
+        rows = []
+        for k, (api, dtype) in enumerate((("Functional.linear", "torch.bfloat16"), ("Functional.softmax", "torch.float32"),
+                                          ("Tensor.__add__", "torch.float16"), ("Torch.argmax", "torch.int64"),
+                                          ("Functional.conv2d", "torch.float16"), ("Torch.sum", "torch.float64"))):
+            for io in ("forward.output.0", "backward.output.0"):
+                rows.append([f"{api}.{k}.{io}", "torch.float32", dtype, "(4, 8)"] +
+                            [f"{rnd.random() * rnd.choice((1e-4, 1e-2, 1, 100)):.6g}" for _ in range(17)] +
+                            [rnd.choice(("pass", "error", "Warning", "SKIP")), "\nmetrics"])
+        pair = []
+        for side in ("npu", "gpu"):
+            path = ws / f"{side}_details.csv"
+            with open(path, "w", encoding="utf-8-sig", newline="") as fh:
+                w = _csv.writer(fh)
+                w.writerow(DETAILS_HEADER)
+                for r in rows:
+                    w.writerow(r[:4] + [c if rnd.random() < .7 else f"{rnd.random():.4g}" for c in r[4:21]] + r[21:])
+            pair.append(path)
+        argv = ["api_precision_compare", "-npu", str(pair[0]), "-gpu", str(pair[1]), "-o", str(ws / "out")]
+        return argv, pair
+
     if dump_cases:
         out += [Scenario("compare_file", "compare", compare_file, 6), Scenario("compare_stepdir", "compare", compare_stepdir, 2),
                 Scenario("compare_json", "compare", compare_json, 2), Scenario("compare_mapping", "compare", compare_mapping, 1),
                 Scenario("graph", "graph", graph, 4), Scenario("graph_json", "graph", graph_json, 1), Scenario("op_generate", "op_generate", op_generate, 2),
-                Scenario("config_json", "config", config_json, 2)]
+                Scenario("config_json", "config", config_json, 2), Scenario("nan_analyze", "nan_analyze", nan_analyze, 2),
+                Scenario("api_precision_compare", "api_precision_compare", api_precision_compare, 1),
+                # run_ut starts worker processes and re-runs every API (~3 s an input): weight 0 in the mixed run,
+                # fuzzed on its own with --only run_ut (see docs/reliability.md)
+                Scenario("run_ut", "run_ut", run_ut, 0)]
     if (fx / "multirank_mlp_bf16_stat_mix" / "reference_out").is_dir():
         out.append(Scenario("merge_result", "merge_result", merge, 2))
     if (fx / "mindspore_ir").is_dir():
@@ -433,6 +479,8 @@ def run_one(seed: int, index: int, scenarios: List[Scenario], timeout: float, ke
     """Generate input ``index`` and run it; a result dict (outcome, signature, scenario, ...)."""
     rnd = random.Random(seed * 1_000_003 + index)
     weights = [s.weight for s in scenarios]
+    if not any(weights):   # --only naming weight-0 scenarios alone
+        weights = [1] * len(scenarios)
     sc = rnd.choices(scenarios, weights)[0]
     ws = Path(tempfile.mkdtemp(prefix=f"msprobe-fuzz-{index}-"))
     logdir = ws / "_logs"
