@@ -313,6 +313,13 @@ FLAGS = {
     "merge_result": ["-i", "-o", "-config", "--config", "-j", "-q"],
     "op_generate": ["-i", "-o"],
     "code_mapping": ["--ir", "--dump_data", "--output"],
+    "nan_analyze": ["-i", "-o", "-j", "-q"],
+    "overflow_check": ["-i", "-o", "-j", "-q"],
+    "api_precision_compare": ["-npu", "-gpu", "-o", "--npu_csv_path", "--gpu_csv_path", "--out_path"],
+    # run_ut on a real dump re-runs its 7 APIs (a few seconds): the per-example bound still holds
+    "run_ut": ["-api_info", "-o", "-save_error_data", "-j", "-d", "-csv_path", "-f", "-config", "--timeout",
+               "--data_mode", "-q"],
+    "multi_run_ut": ["-api_info", "-o", "-n", "-d", "-csv_path", "-config", "-q"],
 }
 
 
