@@ -408,6 +408,8 @@ def _statistics(cfg: CompareConfig, t: DumpRows, g: DumpRows, m: Matches) -> Rep
     if t.parsed is None or g.parsed is None:
         t.parsed = [st.parsed_stats(c) for c in (t.stat_max, t.stat_min, t.stat_mean, t.stat_norm)]
         g.parsed = [st.parsed_stats(c) for c in (g.stat_max, g.stat_min, g.stat_mean, g.stat_norm)]
+    rg_cells, rg_bad = _rg_consistent(t, g, m)
+    j = _judge(t, g, m, cols, rg_bad=rg_bad)  # (first: the verdict's temporaries are the peak of a big compare)
     # the differences and relative errors stay arrays; their cells are made while the report is written
     sd = [st.StatDiff(_take_parsed(t.parsed[k], m.target), _take_parsed(g.parsed[k], m.golden), matched)
           for k in range(4)]
@@ -415,8 +417,6 @@ def _statistics(cfg: CompareConfig, t: DumpRows, g: DumpRows, m: Matches) -> Rep
     diff_cells = [ChunkedColumn(n, d.diff_cells) for d in sd]
     rel_cells = [ChunkedColumn(n, d.rel_cells) for d in sd]
     warn = sd[0].warn | sd[1].warn | sd[2].warn | sd[3].warn
-    rg_cells, rg_bad = _rg_consistent(t, g, m)
-    j = _judge(t, g, m, cols, rg_bad=rg_bad)
     msg = [("" if ok else MSG_UNMATCHED) + (MSG_WARN if w else "") + (MSG_RG if bad else "")
            for ok, w, bad in zip(matched.tolist(), warn.tolist(), rg_bad.tolist())]
     # Result follows the verdict (FAIL and WARN: Warning); the reference's own flag is explained in Err_message
