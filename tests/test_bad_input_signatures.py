@@ -589,3 +589,30 @@ def test_loads_recursion_becomes_depth_error():
 
     with pytest.raises(JsonTooDeep):
         _loads(b'{"a": ' + b"[" * 100000 + b"NaN")
+
+
+def test_run_ut_data_name_not_a_string(tmp_path, capsys, monkeypatch):
+    """Fuzzer signature run_ut:internal:TypeError:core/acc_check/plan.py:<listcomp> (a ``data_name`` that is
+    a number reached ``os.path.isfile``): the API is skipped with its reason, the rest are judged."""
+    t, _ = copy_rank(tmp_path, TENSOR)
+    names = []
+
+    def damage(obj):
+        for name, rec in obj["data"].items():
+            if name.endswith(".forward"):
+                args = rec.get("input_args") or []
+                if args and isinstance(args[0], dict) and "data_name" in args[0]:
+                    args[0]["data_name"] = 1.5
+                    names.append(name)
+                    return
+
+    edit_json(t / "dump.json", damage)
+    assert names
+    rc, text = run(["-f", "pytorch", "run_ut", "-api_info", t / "dump.json", "-o", tmp_path / "out",
+                    "--data_mode", "real_data", "-q"], capsys, monkeypatch, tmp_path)
+    assert rc == 0, text
+    assert "Traceback" not in text and "internal error" not in text, text
+    result = next((tmp_path / "out").glob("accuracy_checking_result_*.csv")).read_text("utf-8-sig")
+    api = names[0].rsplit(".", 1)[0]
+    row = next(line for line in result.splitlines() if line.startswith(api + ","))
+    assert "no data_name" in row and "SKIP" in row, row

@@ -202,9 +202,9 @@ def _skip_reason(prefix: str, api: str, name: str, fwd: Optional[dict], cfg: Run
         return f"unsupported dtype {bad[0]} in {name}: not re-run. SKIP."
     if real_data:
         inputs = _tensor_records([fwd.get("input_args"), fwd.get("input_kwargs")])
-        unnamed = [t for t in inputs if not t.get("data_name")]
+        unnamed = [t for t in inputs if not t.get("data_name") or not isinstance(t.get("data_name"), str)]
         if unnamed:
-            return f"no data: {len(unnamed)} input tensor(s) of {name} have no data_name in the dump. SKIP."
+            return f"no data: {len(unnamed)} input tensor(s) of {name} have no data_name (a file name) in the dump. SKIP."
         absent = [t["data_name"] for t in inputs if not os.path.isfile(t["data_name"])]
         if absent:
             return f"no data: tensor file {os.path.basename(absent[0])} of {name} is missing. SKIP."
