@@ -616,3 +616,23 @@ def test_run_ut_data_name_not_a_string(tmp_path, capsys, monkeypatch):
     api = names[0].rsplit(".", 1)[0]
     row = next(line for line in result.splitlines() if line.startswith(api + ","))
     assert "no data_name" in row and "SKIP" in row, row
+
+
+@pytest.mark.parametrize("where", ["dtype", "type"])
+def test_run_ut_unhashable_dtype_or_type(tmp_path, capsys, monkeypatch, where):
+    """Fuzzer signature run_ut:internal:TypeError:core/acc_check/plan.py:<setcomp> (a tensor record whose
+    ``dtype`` is a dict or list: "unhashable type"): the API is skipped or judged, never an internal error."""
+    t, _ = copy_rank(tmp_path, STAT)
+
+    def damage(obj):
+        for name, rec in obj["data"].items():
+            args = rec.get("input_args") or []
+            if name.endswith(".forward") and args and isinstance(args[0], dict) and "dtype" in args[0]:
+                args[0][where] = {"x": [1]} if where == "dtype" else ["torch.Tensor"]
+                return
+
+    edit_json(t / "dump.json", damage)
+    rc, text = run(["-f", "pytorch", "run_ut", "-api_info", t / "dump.json", "-o", tmp_path / "out", "-q"],
+                   capsys, monkeypatch, tmp_path)
+    assert "Traceback" not in text and "internal error" not in text, text
+    assert rc == 0, text

@@ -145,7 +145,8 @@ def absolute_data_names(obj: Any, directory: str) -> Any:
 
 def _tensor_records(obj: Any) -> List[dict]:
     if isinstance(obj, dict):
-        if obj.get("type") in TENSOR_TYPES:
+        kind = obj.get("type")
+        if isinstance(kind, str) and kind in TENSOR_TYPES:
             return [obj]
         return [t for v in obj.values() for t in _tensor_records(v)]
     if isinstance(obj, list):
@@ -197,7 +198,8 @@ def _skip_reason(prefix: str, api: str, name: str, fwd: Optional[dict], cfg: Run
     if reason:
         return reason
     tensors = _tensor_records([fwd.get("input_args"), fwd.get("input_kwargs"), fwd.get("output")])
-    bad = sorted({str(t.get("dtype")) for t in tensors if t.get("dtype") not in SUPPORTED_DTYPES})
+    bad = sorted({str(t.get("dtype")) for t in tensors
+                  if not isinstance(t.get("dtype"), str) or t.get("dtype") not in SUPPORTED_DTYPES})
     if bad:
         return f"unsupported dtype {bad[0]} in {name}: not re-run. SKIP."
     if real_data:
