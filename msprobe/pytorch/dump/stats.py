@@ -24,10 +24,10 @@ import queue
 import struct
 import threading
 import weakref
-import zlib
 
 import torch
 
+from msprobe.core.crc import crc32 as fast_crc32
 from msprobe.core.dump.writer import number
 
 _FLOAT_KEEP = (torch.float32, torch.float16, torch.bfloat16)
@@ -78,7 +78,7 @@ def crc32_hex(t):
         buf = _bytes_of(c)          # a contiguous numpy view: zlib reads it in place, no copy
     except Exception:
         buf = bytes(c.reshape(-1).view(torch.uint8).tolist())
-    return "%08x" % (zlib.crc32(buf) & 0xFFFFFFFF)
+    return "%08x" % (fast_crc32(buf) & 0xFFFFFFFF)
 
 
 _ASYNC_CRC_BYTES = 256 * 1024
@@ -129,7 +129,7 @@ class _CrcWorker:
                 if event is not None:
                     event.synchronize()
                     buf = _bytes_of(buf)
-                job.value = "%08x" % (zlib.crc32(buf) & 0xFFFFFFFF)
+                job.value = "%08x" % (fast_crc32(buf) & 0xFFFFFFFF)
             except Exception:
                 job.value = None
             job._done = True
