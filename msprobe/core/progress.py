@@ -335,6 +335,53 @@ class counting_rows:  # noqa: N801 - used like a function: ``with counting_rows(
         _CURRENT.rows = self._outer
 
 
+class _Watchdog:
+    """One daemon thread that wakes the :class:`SlowStages` whose delay has passed (a dump flushes every step:
+    a thread started per flush costs more than the flush of a small step)."""
+
+    def __init__(self):
+        self._cv = threading.Condition()
+        self._due: Dict[int, tuple] = {}     # id(stages) -> (deadline, stages)
+        self._thread: Optional[threading.Thread] = None
+
+    def add(self, stages: "SlowStages", deadline: float) -> bool:
+        with self._cv:
+            if self._thread is None or not self._thread.is_alive():
+                thread = threading.Thread(target=self._run, name="msprobe-slow-stages", daemon=True)
+                try:
+                    thread.start()
+                except RuntimeError:   # at interpreter shutdown no thread can start: the work goes on, silently
+                    return False
+                self._thread = thread
+            self._due[id(stages)] = (deadline, stages)
+            self._cv.notify()
+        return True
+
+    def remove(self, stages: "SlowStages") -> None:
+        with self._cv:
+            self._due.pop(id(stages), None)
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                now = time.perf_counter()
+                due = [st for (when, st) in self._due.values() if when <= now]
+                for st in due:
+                    self._due.pop(id(st), None)
+                if not due:
+                    nxt = min((when for when, _ in self._due.values()), default=None)
+                    self._cv.wait(None if nxt is None else max(nxt - now, 0.001))
+                    continue
+            for st in due:
+                try:
+                    st._wake()
+                except Exception:  # noqa: BLE001 - a log line must not kill the watchdog
+                    pass
+
+
+_WATCHDOG = _Watchdog()
+
+
 class SlowStages:
     """Stages of usually quick work that say something only when it is slow.
 
@@ -352,19 +399,13 @@ class SlowStages:
         self._count = None
         self._unit = ""
         self._loud = False
-        self._timer: Optional[threading.Timer] = None
+        self._timer = False           # registered with the watchdog thread (_WATCHDOG)
 
     def __enter__(self) -> "SlowStages":
         self._start = time.perf_counter()
         self._outer = getattr(_CURRENT, "stages", None)
         _CURRENT.stages = self
-        timer = threading.Timer(self.delay, self._wake)
-        timer.daemon = True
-        self._timer = timer
-        try:
-            timer.start()
-        except RuntimeError:          # at interpreter shutdown no thread can start: the work goes on, silently
-            self._timer = None
+        self._timer = _WATCHDOG.add(self, self._start + self.delay)
         return self
 
     def _describe(self) -> str:
@@ -375,7 +416,7 @@ class SlowStages:
 
     def _wake(self) -> None:
         with self._lock:
-            if self._timer is None:
+            if not self._timer:
                 return
             self._loud = True
             log.info("%s: %s ... (%.1f s so far)", self.name, self._describe(), time.perf_counter() - self._start)
@@ -392,9 +433,9 @@ class SlowStages:
     def __exit__(self, exc_type, exc, tb) -> None:
         _CURRENT.stages = getattr(self, "_outer", None)
         with self._lock:
-            timer, self._timer = self._timer, None
-            if timer is not None:
-                timer.cancel()
+            timer, self._timer = self._timer, False
+            if timer:
+                _WATCHDOG.remove(self)
             if self._loud:
                 now = time.perf_counter()
                 if self._stage is not None and exc_type is None:

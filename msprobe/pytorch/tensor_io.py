@@ -112,7 +112,7 @@ def save_tensor(tensor, path, mode: int = 0o640) -> str:
 
 # ---------------------------------------------------------------------------------------------------------------------
 # the .pt (zip) format written directly: the records torch.save writes for one tensor, data aligned to 64 bytes,
-# stored (no compression), CRC-32 by zlib; one writev per file instead of torch.save's pickling per call
+# stored (no compression), CRC-32 by msprobe.core.crc; one writev per file instead of torch.save's pickling per call
 # ---------------------------------------------------------------------------------------------------------------------
 
 _ALIGN = 64
@@ -175,7 +175,7 @@ def _pt_parts(torch, tensor, file_name):
         return None
     import struct
     import sys
-    import zlib
+    from msprobe.core.crc import crc32 as fast_crc32
 
     shape = tuple(tensor.shape)
     stride = tuple(tensor.stride())
@@ -193,7 +193,7 @@ def _pt_parts(torch, tensor, file_name):
     for name, payload in records:
         full = f"{stem}/{name}".encode("ascii")
         size = len(payload) if isinstance(payload, bytes) else nbytes
-        crc = zlib.crc32(payload) & 0xFFFFFFFF
+        crc = fast_crc32(payload) & 0xFFFFFFFF
         # the extra field pads the local header so that the payload starts on a 64-byte boundary
         head = 30 + len(full)
         pad = (-(offset + head + 4)) % _ALIGN

@@ -223,7 +223,7 @@ class Collector(CollectorBase):
             if not p.is_meta:
                 fname = tensor_file_name(data_name)   # no path separator from a module name
                 path = os.path.join(self.tensor_dir, fname)
-                first = slot.path if slot is not None else None
+                first = slot.path if slot is not None and slot.path_shape == rec["shape"] else None
                 try:
                     if first is not None and first != path:
                         # the same tensor, unchanged, was saved already this step: a hard link, not a second copy
@@ -237,6 +237,7 @@ class Collector(CollectorBase):
                             self.writer.save_now(p if p.is_contiguous() else p.contiguous(), path)
                         if slot is not None:
                             slot.path = path
+                            slot.path_shape = rec["shape"]
                     rec["data_name"] = fname
                 except Exception as exc:
                     self._unreadable(t, data_name, "tensor_file", exc)
@@ -419,6 +420,13 @@ class Collector(CollectorBase):
             return
         self._backward_record(name, grad_outputs, grad_inputs)
 
+    def _backward_record(self, name, grad_outputs, grad_inputs):
+        self.stats.new_scope()
+        try:
+            super()._backward_record(name, grad_outputs, grad_inputs)
+        finally:
+            self.stats.new_scope()
+
     # ------------------------------------------------------------------ modules
     def param_grad_placeholder(self, key, names):
         self.dirty = True
@@ -437,6 +445,7 @@ class Collector(CollectorBase):
         if rec is None:
             rec = self.data[key] = {}
         save = self._save_for(key)
+        self.stats.new_scope()
         rec[pname] = [self.convert(grad, f"{key}.{pname}", save)]
 
     def module_backward(self, name, parent, grad_outputs, grad_inputs):

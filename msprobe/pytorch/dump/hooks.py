@@ -1091,6 +1091,9 @@ class Hooks:
         if consumers is None:
             consumers = {}
         own = [None] * len(outs) if inner else None     # the module's own use of each output
+        # the hooks' closures must not hold the outputs: a hook on a tensor reaching the tensor is a reference
+        # cycle, freed only by the garbage collector (activations and gradients kept past their use)
+        n_outs = len(outs)
         state = {"out": [None] * len(outs), "got_out": 0, "in": [None] * n_ins,
                  "left": len(consumers), "parent": None, "started": False, "done": False}
         need_in = bool(edges)
@@ -1132,7 +1135,7 @@ class Hooks:
                 state["parent"] = col.bwd_module_stack[-1] if col.bwd_module_stack else None
                 col.bwd_module_stack.append(name)
                 col.pending_backward[name] = finish
-            if state["left"] <= 0 and state["got_out"] >= len(outs):
+            if state["left"] <= 0 and state["got_out"] >= n_outs:
                 finish()
 
         def got_input_grads(slots, grad_inputs):

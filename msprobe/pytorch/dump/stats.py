@@ -24,10 +24,10 @@ import queue
 import struct
 import threading
 import weakref
-import zlib
 
 import torch
 
+from msprobe.core.crc import crc32 as fast_crc32
 from msprobe.core.dump.writer import number
 
 _FLOAT_KEEP = (torch.float32, torch.float16, torch.bfloat16)
@@ -108,7 +108,7 @@ def crc32_hex(t):
         buf = _bytes_of(c)          # a contiguous numpy view: zlib reads it in place, no copy
     except Exception:
         buf = bytes(c.reshape(-1).view(torch.uint8).tolist())
-    return "%08x" % (zlib.crc32(buf) & 0xFFFFFFFF)
+    return "%08x" % (fast_crc32(buf) & 0xFFFFFFFF)
 
 
 _ASYNC_CRC_BYTES = 256 * 1024
@@ -159,7 +159,7 @@ class _CrcWorker:
                 if event is not None:
                     event.synchronize()
                     buf = _bytes_of(buf)
-                job.value = "%08x" % (zlib.crc32(buf) & 0xFFFFFFFF)
+                job.value = "%08x" % (fast_crc32(buf) & 0xFFFFFFFF)
             except Exception:
                 job.value = None
             job._done = True
@@ -207,7 +207,7 @@ def crc32_deferred(t):
 
 class _Slot:
     """Pending statistics of one tensor value, shared by every record of that value."""
-    __slots__ = ("kind", "recs", "numel", "dtype", "md5", "path")
+    __slots__ = ("kind", "recs", "numel", "dtype", "md5", "path", "path_shape")
 
     def __init__(self, kind, rec, numel, dtype):
         self.kind = kind
@@ -216,12 +216,13 @@ class _Slot:
         self.dtype = dtype
         self.md5 = None
         self.path = None        # tensor mode: the file this value was first saved to
+        self.path_shape = None  # ... and the shape it was saved with (an alias of another shape is not linked)
 
 
 class StatBuffer:
     """Pending on-device statistics of the records made since the last resolve."""
 
-    __slots__ = ("precision_high", "exact_norm", "_scalars", "_slots", "_seen", "_count", "error")
+    __slots__ = ("precision_high", "exact_norm", "_scalars", "_slots", "_seen", "_alias", "_count", "error")
 
     def __init__(self, precision="low", exact_norm=False):
         self.precision_high = precision == "high"
@@ -239,13 +240,24 @@ class StatBuffer:
         self._scalars = {}   # device -> list of 0-dim tensors
         self._slots = {}     # device -> list of _Slot (in the order of their scalars)
         self._seen = {}      # id(tensor) -> (weakref, version, _Slot)
+        self._alias = {}     # (id(root base), storage offset, numel, dtype) -> (weakref(root), version, _Slot)
         self._count = 0
 
     def cached(self, t, rec):
         """Share the pending statistics of ``t`` if it was recorded unchanged before; returns the slot."""
         ent = self._seen.get(id(t))
-        if ent is None or ent[0]() is not t:
-            return None
+        same = ent is not None and ent[0]() is t
+        if not same:
+            # A contiguous alias of a contiguous tensor measured before (a view or reshape of it; in backward,
+            # within one record: see new_scope): the same elements in the same order, so the same statistics
+            # to the bit. Views share their root's version counter.
+            if not self._alias or t.__class__ not in _PLAIN_TYPES or not t.is_contiguous():
+                return None
+            base = t._base
+            root = t if base is None else base
+            ent = self._alias.get((id(root), t.storage_offset(), t.numel(), t.dtype))
+            if ent is None or ent[0]() is not root:
+                return None
         try:
             if ent[1] != t._version:
                 return None
@@ -253,11 +265,23 @@ class StatBuffer:
             return None
         slot = ent[2]
         slot.recs.append(rec)
+        if same and t.__class__ in _PLAIN_TYPES and t.is_contiguous():
+            self._note_alias(t, ent[1], slot)     # its views in this scope share the statistics too
         return slot
+
+    def new_scope(self):
+        """Aliases found from now on only among the tensors recorded from now on. Backward records start one
+        each: inside the autograd engine a gradient buffer may be summed into in place without a version
+        bump, so an alias is trusted only within one record (a view node's incoming gradient and the view of
+        it that it hands on)."""
+        if self._alias:
+            self._alias = {}
 
     def forget(self, t):
         """``t`` may have been written without a version bump: do not reuse its pending statistics."""
         self._seen.pop(id(t), None)
+        if self._alias:
+            self._alias = {}
 
     def forget_all(self):
         """An op may have written through a backend (a collective, a custom or NPU op): its writes do
@@ -265,6 +289,8 @@ class StatBuffer:
         trusted any more. Pending statistics stay; only their reuse for later records stops."""
         if self._seen:
             self._seen = {}
+        if self._alias:
+            self._alias = {}
 
     def add(self, rec, t, orig=None):
         """Launch the statistics of ``t`` (plain, detached) for ``rec``; returns the slot (None if no data)."""
@@ -330,9 +356,18 @@ class StatBuffer:
     def _remember(self, orig, slot):
         if orig is not None:
             try:
-                self._seen[id(orig)] = (weakref.ref(orig), orig._version, slot)
+                version = orig._version
+                self._seen[id(orig)] = (weakref.ref(orig), version, slot)
+                if orig.__class__ in _PLAIN_TYPES and orig.is_contiguous():
+                    self._note_alias(orig, version, slot)
             except (TypeError, RuntimeError):   # no weakref support / inference tensor without a version
                 pass
+
+    def _note_alias(self, t, version, slot):
+        """``t`` (contiguous) has the statistics of ``slot``: so have its contiguous aliases (see cached)."""
+        base = t._base
+        root = t if base is None else base
+        self._alias[(id(root), t.storage_offset(), t.numel(), t.dtype)] = (weakref.ref(root), version, slot)
 
     def resolve(self):
         """Move every pending statistic to the host (one transfer per device) and fill the records."""
