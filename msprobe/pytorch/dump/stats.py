@@ -30,6 +30,7 @@ import torch
 from msprobe.core.crc import crc32 as fast_crc32
 from msprobe.core.dump.writer import number
 
+_STRIDED = torch.strided     # sparse (COO, CSR, ...) tensors have no is_contiguous: never aliased
 _FLOAT_KEEP = (torch.float32, torch.float16, torch.bfloat16)
 _PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
 _F32 = torch.float32
@@ -251,7 +252,7 @@ class StatBuffer:
             # A contiguous alias of a contiguous tensor measured before (a view or reshape of it; in backward,
             # within one record: see new_scope): the same elements in the same order, so the same statistics
             # to the bit. Views share their root's version counter.
-            if not self._alias or t.__class__ not in _PLAIN_TYPES or not t.is_contiguous():
+            if not self._alias or t.__class__ not in _PLAIN_TYPES or t.layout is not _STRIDED or not t.is_contiguous():
                 return None
             base = t._base
             root = t if base is None else base
@@ -265,7 +266,7 @@ class StatBuffer:
             return None
         slot = ent[2]
         slot.recs.append(rec)
-        if same and t.__class__ in _PLAIN_TYPES and t.is_contiguous():
+        if same and t.__class__ in _PLAIN_TYPES and t.layout is _STRIDED and t.is_contiguous():
             self._note_alias(t, ent[1], slot)     # its views in this scope share the statistics too
         return slot
 
@@ -358,7 +359,7 @@ class StatBuffer:
             try:
                 version = orig._version
                 self._seen[id(orig)] = (weakref.ref(orig), version, slot)
-                if orig.__class__ in _PLAIN_TYPES and orig.is_contiguous():
+                if orig.__class__ in _PLAIN_TYPES and orig.layout is _STRIDED and orig.is_contiguous():
                     self._note_alias(orig, version, slot)
             except (TypeError, RuntimeError):   # no weakref support / inference tensor without a version
                 pass
