@@ -134,9 +134,13 @@ def test_compare_against_reference_dump(tmp_path):
     bad = [r["NPU Name"] for r in rows if r["Result"] not in ("", "pass", "Pass")]
     assert not bad
     # reference mode computes the L2 norm as the reference does (vector_norm, not a BLAS dot): every statistic of
-    # the identical fp32 run is equal to the bit (rows holding -inf on both sides give a NaN difference)
-    nonzero = [(r["NPU Name"], c, r[c]) for r in rows for c in ("Max diff", "Min diff", "Mean diff", "L2norm diff")
-               if r[c] not in ("0", "0.0", "N/A", "nan", "NaN", "Nan", "") and float(r[c]) != 0.0]
+    # the identical fp32 run is equal to float32 rounding of its reductions (rows holding -inf on both sides give
+    # a NaN difference). Bit-equal on the machine and thread count that recorded the reference dump; elsewhere a
+    # sum over a batch (a LayerNorm weight's gradient) may be split differently across threads: a few ulp.
+    bench = {"Max diff": "Bench max", "Min diff": "Bench min", "Mean diff": "Bench mean", "L2norm diff": "Bench l2norm"}
+    nonzero = [(r["NPU Name"], c, r[c]) for r in rows for c in bench
+               if r[c] not in ("0", "0.0", "N/A", "nan", "NaN", "Nan", "")
+               and abs(float(r[c])) > 1e-6 * max(abs(float(r[bench[c]])), 1e-30)]
     assert not nonzero, nonzero[:5]
 
 

@@ -496,7 +496,15 @@ def _train(kind, steps, dbg=None):
 
 @pytest.mark.parametrize("kind,steps,step_list", [("mlp", 2, []), ("transformer", 2, []), ("transformer", 3, [1])])
 def test_training_is_unchanged(tmp_path, kind, steps, step_list):
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    try:
+        _training_is_unchanged(tmp_path, kind, steps, step_list)
+    finally:   # later tests (a committed reference dump) see the process's own thread count
+        torch.set_num_threads(threads)
+
+
+def _training_is_unchanged(tmp_path, kind, steps, step_list):
     base = _train(kind, steps)
     dbg = PrecisionDebugger(task="statistics", level="mix", dump_path=str(tmp_path / "dump"), step=step_list)
     got = _train(kind, steps, dbg)
