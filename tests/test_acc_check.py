@@ -143,14 +143,16 @@ def test_tensor_dump_real_data_parallel(tmp_path, dumps, capsys):
     _, rows = read_csv(res)
     assert [r[0] for r in rows] == apis_of(dumps["tensor"])
     assert all(r[1] in ("pass", "SKIP") for r in rows), rows  # every forward passes with the recorded inputs
+    assert all(r[2] in ("pass", " ", "SKIP") for r in rows), rows  # and every backward
     _, drows = read_csv(det)
-    for d in drows:
-        d = dict(zip(DETAILS_HEADER, d))
-        if d["Status"] == "error":
-            # the one known case: the ULP standard on fp32 rounding noise where the exact result is 0 (the
-            # key-bias gradient of attention: softmax is shift invariant); the error itself is tiny
-            assert d["API Name"].startswith("Functional.linear.0.backward") and "ULP" in d["Message"], d
-            assert float(d["最大绝对误差"]) < 1e-7, d
+    by_name = {d[0]: dict(zip(DETAILS_HEADER, d)) for d in drows}
+    assert all(d["Status"] in ("pass", "Warning") for d in by_name.values()), drows
+    # the key-bias gradient of attention is exactly 0 (softmax is shift invariant): the fp32 result is
+    # rounding noise of a sum that cancels; in ULPs of the summed terms' magnitude it is a few ULPs
+    # (in ULPs of the ~1e-17 float64 result it is ~1e8 and judged an error)
+    bias = by_name["Functional.linear.0.backward.output.2"]
+    assert bias["Shape"] == "(48,)" and 0 < float(bias["最大绝对误差"]) < 1e-7
+    assert float(bias["ULP误差最大值"]) < 32 and float(bias["ULP误差大于阈值占比"]) == 0.0
 
 
 # ------------------------------------------------------------------------------------------ three noisy ops
@@ -588,3 +590,29 @@ def test_reference_made_details_through_both_compares(tmp_path, dumps):
     (_, rows), _ = _apc_outputs(our_out)
     errors = {r[0] for r in rows if r[1] == "error"}
     assert errors == {n for n in apis_of(dumps["statistics"]) if n.rsplit(".", 1)[0] in NOISY_STANDARD}
+
+
+def test_ulp_is_taken_at_the_magnitude_of_the_summed_terms():
+    """ULP standard: rounding noise of a sum that cancels to ~0 is a few ULPs of its terms' magnitude
+    (the API on |inputs|), while a real error stays far off; without a scale, the reference's formula."""
+    from msprobe.pytorch.op_generate import runtime as rt
+
+    b = torch.tensor([1e-17, 2.0], dtype=torch.float64)
+    d = torch.tensor([3.6e-9, 2.0], dtype=torch.float32)
+    assert float(rt.ulp_errors(d, b, torch.float32)[0]) > 1e9  # the reference's formula: astronomic
+    scale = torch.tensor([1.5, 2.0], dtype=torch.float64)
+    ulp = rt.ulp_errors(d, b, torch.float32, scale)
+    assert float(ulp[0]) == pytest.approx(3.6e-9 * 2 ** 23, rel=1e-6) and float(ulp[1]) == 0.0
+    bad = torch.tensor([1e-4, 2.0 * (1 + 1e-4)], dtype=torch.float32)  # real noise: still thousands of ULPs
+    m = rt.ulp_metrics(bad, b, torch.float32, scale)
+    assert m["ULP Error Proportion"] == 1.0 and rt.judge("ulp", torch.float32, m)[1] == "error"
+    # the magnitude run of a linear: the bias gradient of grads that cancel has scale sum(|g|)
+    x = torch.randn(3, 4, dtype=torch.float64)
+    w = torch.randn(2, 4, dtype=torch.float64)
+    g = torch.tensor([[1.0, -2.0], [-1.0, 2.0], [0.0, 0.0]], dtype=torch.float64)
+    spec = {"ARGS": [rt.T("torch.float32", [3, 4], requires_grad=True), rt.T("torch.float32", [2, 4], requires_grad=True),
+                     rt.T("torch.float32", [2], requires_grad=True)], "KWARGS": {}}
+    fwd, grads = rt.magnitude_run(spec, torch.nn.functional.linear, [x, w, torch.zeros(2, dtype=torch.float64)], {},
+                                  [g], torch.float64, {}, "both")
+    assert torch.equal(grads[2], torch.tensor([2.0, 4.0], dtype=torch.float64))
+    assert torch.allclose(fwd[0], x.abs() @ w.abs().T)

@@ -108,19 +108,22 @@ class Checker:
                 failure = failure2
         if failure:
             return _skip(f"Run {name} UT Error: {failure}")
+        scale = runs.get("scale")
         if with_bwd:
             dev = runs["device"]
             fwd_d, bwd_d = dev
             fwd_b, bwd_b = runs["bench"]
             fwd_r, bwd_r = runs["reference"]
+            fwd_s, bwd_s = scale if scale is not None else (None, None)
         else:
             fwd_d, fwd_b, fwd_r = runs["device"], runs["bench"], runs["reference"]
-            bwd_d = bwd_b = bwd_r = None
-        details = self._compare(f"{name}.forward", std, fwd_d, fwd_b, fwd_r, autocast)
+            bwd_d = bwd_b = bwd_r = bwd_s = None
+            fwd_s = scale
+        details = self._compare(f"{name}.forward", std, fwd_d, fwd_b, fwd_r, autocast, fwd_s)
         forward = _worst([d["Status"] for d in details])
         backward = " "
         if bwd_d is not None and bwd_b is not None:
-            bd = self._compare(f"{name}.backward", std, bwd_d, bwd_b, bwd_r, autocast)
+            bd = self._compare(f"{name}.backward", std, bwd_d, bwd_b, bwd_r, autocast, bwd_s)
             details += bd
             backward = _worst([d["Status"] for d in bd])
         elif task.get("backward") is not None and bwd_note:
@@ -150,14 +153,15 @@ class Checker:
             return None, str(exc.code).replace("error: ", "", 1)
 
     # ------------------------------------------------------------------ judging
-    def _compare(self, prefix: str, std: str, dev, bench, ref, autocast) -> List[Dict]:
+    def _compare(self, prefix: str, std: str, dev, bench, ref, autocast, scale=None) -> List[Dict]:
         if len(dev) != len(bench):
             return [{"API Name": f"{prefix}.output.0", "Status": "error",
                      "Message": f"the device gave {len(dev)} outputs, the benchmark {len(bench)}"}]
         rows = []
         for k, (d, b) in enumerate(zip(dev, bench)):
             r = ref[k] if (self.device != "cpu" and ref and k < len(ref)) else None
-            rows.append(detail_row(f"{prefix}.output.{k}", rt.assess_output(std, d, b, r, autocast), d, b))
+            sc = scale[k] if scale and k < len(scale) else None
+            rows.append(detail_row(f"{prefix}.output.{k}", rt.assess_output(std, d, b, r, autocast, sc), d, b))
         return rows
 
     def _save_error_data(self, name: str, spec: Dict, fwd, bwd) -> None:

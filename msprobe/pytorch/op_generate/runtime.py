@@ -365,18 +365,24 @@ def absolute_metrics(d, b, dev_dtype):
     }
 
 
-def ulp_errors(d, b, dev_dtype):
+def ulp_errors(d, b, dev_dtype, scale=None):
+    """|d - b| in units in the last place of the golden b (the reference's formula).  ``scale``: the
+    magnitude of the terms each element sums (the API run on the absolute values of its inputs); the
+    ULP is then taken at max(|b|, scale), so rounding noise of a sum that cancels to ~0 is measured
+    against what its terms explain (|fl(AB) - AB| <= gamma_K |A||B|), not against the cancelled result."""
     min_exp, mantissa = ULP_PARAMS.get(dev_dtype, ULP_DEFAULT)
     calc = torch.float64 if dev_dtype not in LOW_PRECISION else torch.float32
     dc, bc = d.to(calc), b.to(calc)
     absb = bc.abs()
+    if scale is not None:
+        absb = torch.maximum(absb, torch.nan_to_num(scale.to(calc).abs(), nan=0.0, posinf=0.0))
     exp = torch.where(absb == 0, torch.zeros_like(absb), torch.floor(torch.log2(absb)))
     exp = exp.clamp(min=min_exp)
     return ((dc - bc) * torch.pow(2.0, mantissa - exp)).abs()
 
 
-def ulp_metrics(d, b, dev_dtype):
-    ulp = ulp_errors(d, b, dev_dtype)
+def ulp_metrics(d, b, dev_dtype, scale=None):
+    ulp = ulp_errors(d, b, dev_dtype, scale)
     finite = torch.isfinite(ulp)
     limit = 1 if dev_dtype in LOW_PRECISION else 32
     vals = ulp[finite]
@@ -462,13 +468,13 @@ def worst(verdicts):
     return best or "pass"
 
 
-def metrics_for(standard, d, b, dev_dtype):
+def metrics_for(standard, d, b, dev_dtype, scale=None):
     if standard == "binary":
         return binary_metrics(d, b)
     if standard == "absolute":
         return absolute_metrics(d, b, dev_dtype)
     if standard == "ulp":
-        return ulp_metrics(d, b, dev_dtype)
+        return ulp_metrics(d, b, dev_dtype, scale)
     if standard == "thousandth":
         return thousandth_metrics(d, b)
     return benchmark_metrics(d, b, dev_dtype)
@@ -498,13 +504,14 @@ def table(rows):
     return "\n".join(out)
 
 
-def assess_output(standard, d, b, ref, autocast=None):
+def assess_output(standard, d, b, ref, autocast=None, scale=None):
     """Judge one output pair; returns a dict with ``verdict`` and either ``message`` (an outcome decided
     before any metric: types, shapes, empty) or the table rows ``head`` + ``rows``, the ``metrics``, the
     ``standard`` used, the dtype whose thresholds applied (``judged``) and the compared CPU tensors.
 
     ``ref``: the reference implementation's output (None when the device is the CPU); ``autocast``: the
-    dtype the call computed in, which sets the thresholds for float32 outputs of an autocast call."""
+    dtype the call computed in, which sets the thresholds for float32 outputs of an autocast call;
+    ``scale``: the output of the API on the absolute values of its inputs (ULP standard, see ulp_errors)."""
     if d is None and b is None:
         return {"verdict": "pass", "message": "no gradient on either side (input unused)"}
     if type(d) is not type(b):
@@ -526,29 +533,36 @@ def assess_output(standard, d, b, ref, autocast=None):
     if d.is_complex():
         d, b = torch.view_as_real(d), torch.view_as_real(b)
     judged = autocast if (autocast is not None and d.dtype == torch.float32) else d.dtype
-    m = metrics_for(std, d, b, judged)
+    if not (std == "ulp" and isinstance(scale, torch.Tensor) and scale.shape == b.shape
+            and scale.is_floating_point()):
+        scale = None
+    else:
+        scale = scale.detach().cpu()
+    m = metrics_for(std, d, b, judged, scale)
     if std in ("benchmark", "ulp"):
         if ref is not None and isinstance(ref, torch.Tensor) and ref.shape == b.shape and fam(ref) == "float":
             r = ref.detach().cpu()
             r = torch.view_as_real(r) if r.is_complex() else r
         else:  # no second implementation: the benchmark correctly rounded to the device precision
             r = b.to(judged)
-        ref_m = metrics_for(std, r, b, judged)
+        ref_m = metrics_for(std, r, b, judged, scale)
     else:
         ref_m = None
     head = [("Shape", list(d.shape), "", ""), ("Dtype of out_device", d.dtype, "", ""),
             ("Dtype of out_bench", b.dtype, "", ""), ("Compare Standard", STANDARD_TITLES[std], "", "")]
     if judged != d.dtype:
         head.append(("Thresholds of", f"{judged} (computed under autocast)", "", ""))
+    if scale is not None:
+        head.append(("ULP taken at", "max(|out_bench|, API on |inputs|)", "", ""))
     rows, verdict = judge(std, judged, m, ref_m)
     return {"verdict": verdict, "head": head, "rows": rows, "metrics": m, "standard": std, "judged": judged,
             "device": d, "bench": b}
 
 
-def compare_output(k, standard, d, b, ref, autocast=None):
+def compare_output(k, standard, d, b, ref, autocast=None, scale=None):
     """Print the comparison of output k (see assess_output); returns its verdict."""
     print(f"index {k}:")
-    res = assess_output(standard, d, b, ref, autocast)
+    res = assess_output(standard, d, b, ref, autocast, scale)
     if "rows" not in res:
         print(res["message"])
         return res["verdict"]
@@ -635,7 +649,39 @@ def run_iteration(spec, fn, device, make, seed, autocast, bdtype, raise_dtype, p
             if os.environ.get("MSPROBE_DEBUG"):
                 raise
             raise RunFailed(label, dev, exc) from exc
+    if spec["STANDARD"] == "ulp":
+        runs["scale"] = magnitude_run(spec, fn, bench_args, bench_kwargs, grads, bdtype, raise_dtype, propagation)
     return runs
+
+
+def _magnitude(obj):
+    if isinstance(obj, torch.Tensor):
+        return obj.abs() if obj.is_floating_point() else obj
+    if isinstance(obj, float):
+        return abs(obj)
+    if isinstance(obj, list):
+        return [_magnitude(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(_magnitude(v) for v in obj)
+    if isinstance(obj, dict):
+        return {k: _magnitude(v) for k, v in obj.items()}
+    return obj
+
+
+def magnitude_run(spec, fn, args, kwargs, grads, bdtype, raise_dtype, propagation):
+    """The ULP-standard APIs (matmul family) are multilinear: run on the absolute values of their inputs
+    (and output gradients) in the benchmark dtype, each output element becomes the sum of the magnitudes
+    of the terms it adds up, the scale its rounding noise follows.  None when that run fails."""
+    try:
+        a = _magnitude(place(args, "cpu", bdtype, raise_dtype))
+        kw = _magnitude(place(kwargs, "cpu", bdtype, raise_dtype))
+        g = _magnitude(place(grads, "cpu", bdtype, raise_dtype))
+        with torch.no_grad() if propagation == "forward" else torch.enable_grad():
+            return run_once(fn, a, kw, propagation, g, spec["ARGS"], spec["KWARGS"], None, "cpu")
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception:  # noqa: BLE001 - no scale: the plain ULP of the benchmark value
+        return None
 
 
 def reproduce(spec):
@@ -683,9 +729,11 @@ def reproduce(spec):
             continue
         if i == 0 and propagation == "forward":
             check_recorded(dev_out, spec.get("RECORDED_OUTPUTS"), real)
+        scale_out = runs.get("scale") or []
         for k, (d, b) in enumerate(zip(dev_out, bench_out)):
             r = ref_out[k] if (device != "cpu" and k < len(ref_out)) else None
-            verdicts.append(compare_output(k, spec["STANDARD"], d, b, r, autocast))
+            sc = scale_out[k] if k < len(scale_out) else None
+            verdicts.append(compare_output(k, spec["STANDARD"], d, b, r, autocast, sc))
     final = worst(verdicts)
     print("Compare finished.")
     if spec["STANDARD"] in ("benchmark", "ulp"):
