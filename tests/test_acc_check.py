@@ -135,9 +135,26 @@ def test_statistics_dump_every_api_judged_or_skipped(tmp_path, dumps, capsys):
     assert "32 APIs checked: 31 passed, 0 warning, 0 error, 1 skipped" in stdout
 
 
+def test_quiet_leaves_only_the_summary_line(tmp_path, dumps):
+    """-q: no file-name lines, no INFO stage log, no worst-outputs list; warnings still show."""
+    proc = run_cli(["-f", "pytorch", "run_ut", "-api_info", dumps["statistics"], "-o", tmp_path / "q", "-q"],
+                   prelude=NOISE)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = outputs(tmp_path / "q")[0]
+    assert proc.stdout.splitlines() == [f"UT task completed: 32 APIs checked: 23 passed, 0 warning, 8 error, "
+                                        f"1 skipped; result {res}"]
+    assert "INFO" not in proc.stderr and "will be saved" not in proc.stderr, proc.stderr
+    loud = run_cli(["-f", "pytorch", "run_ut", "-api_info", dumps["statistics"], "-o", tmp_path / "l"], prelude=NOISE)
+    assert "will be saved in" in loud.stdout and "worst outputs:" in loud.stdout and "[msprobe] INFO" in loud.stderr
+    # a warning (an API whose worker dies) is still shown under -q
+    crash = run_cli(["-f", "pytorch", "run_ut", "-api_info", dumps["statistics"], "-o", tmp_path / "c", "-q"],
+                    prelude=CRASH)
+    assert "WARNING Run Torch.triu.0 UT Error" in crash.stderr and len(crash.stdout.splitlines()) == 1, crash
+
+
 def test_tensor_dump_real_data_parallel(tmp_path, dumps, capsys):
     out = tmp_path / "out"
-    assert main(["-f", "pytorch", "run_ut", "-api_info", str(dumps["tensor"]), "-o", str(out), "-q", "-j", "2"]) == 0
+    assert main(["-f", "pytorch", "run_ut", "-api_info", str(dumps["tensor"]), "-o", str(out), "-j", "2"]) == 0
     assert "(real data)" in capsys.readouterr().out
     res, det = outputs(out)
     _, rows = read_csv(res)
@@ -541,7 +558,7 @@ def test_reference_made_dumps(tmp_path, capsys):
     for case, rel in cases.items():
         dump = fx / case / rel if rel else next((fx / case / "target").rglob("dump.json"))
         out = tmp_path / case
-        assert main(["multi_acc_check", "-api_info", str(dump), "-o", str(out), "-n", "2", "-q"]) == 0
+        assert main(["multi_acc_check", "-api_info", str(dump), "-o", str(out), "-n", "2"]) == 0
         rows = read_csv(outputs(out)[0])[1]
         forward = [n for n in apis_of(dump) if not n.startswith("Module.")]
         assert [r[0] for r in rows] == forward

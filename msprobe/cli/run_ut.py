@@ -47,7 +47,8 @@ def add_arguments(p: argparse.ArgumentParser, multi: bool = False) -> None:
                    help="time limit of one API (default 300); a slower one is stopped and written as SKIP")
     p.add_argument("--data_mode", dest="data_mode", choices=("auto", "random_data", "real_data"), default="auto",
                    help="auto (default): the recorded tensors when the dump has them, else random data from statistics")
-    p.add_argument("-q", "--quiet", dest="quiet", action="store_true", help="no live progress display")
+    p.add_argument("-q", "--quiet", dest="quiet", action="store_true", help="quiet: no live progress display and no info lines; only warnings, errors and the one-line "
+                        "summary (with the result CSV's path)")
 
 
 def options(args: argparse.Namespace, command: str):

@@ -71,7 +71,21 @@ def check_devices(devices: List[int]) -> List[int]:
 
 
 def run(opts: Options, target: str = "msprobe.pytorch.acc_check.checker:make_checker") -> Summary:
-    """Check every API of ``opts.api_info``; see the module docstring."""
+    """Check every API of ``opts.api_info``; see the module docstring.
+
+    ``opts.quiet`` (-q): no live display and no info lines (the file names, the stage log, the worst
+    outputs): only warnings, errors and the one-line summary."""
+    if not opts.quiet:
+        return _run(opts, target)
+    level = log.level
+    log.setLevel(max(logging.WARNING, level))
+    try:
+        return _run(opts, target)
+    finally:
+        log.setLevel(level)
+
+
+def _run(opts: Options, target: str) -> Summary:
     check_devices(opts.devices)
     if opts.jobs < 1 or opts.jobs > 64:
         raise MsprobeError(f"the number of processes must be between 1 and 64, not {opts.jobs}")
@@ -124,13 +138,14 @@ def _execute(plan: Plan, files: ResultFiles, opts: Options, error_dir: Optional[
     tasks = [{"name": it.name, "forward": it.forward, "backward": it.backward, "backward_skip": it.backward_skip}
              for it in todo if it.skip is None]
     word = "acc_check" if opts.command in ("acc_check", "multi_acc_check") else "UT"
-    print(f"{opts.command}: {len(items)} APIs in {plan.dump_json} ({'real' if plan.real_data else 'random'} data): "
-          f"{len(tasks)} to run, {sum(1 for it in todo if it.skip)} skipped"
-          + (f", {summary.resumed} already in {files.result_path}" if summary.resumed else ""))
-    print(f"{word} task result will be saved in {files.result_path}")
-    print(f"{word} task details will be saved in {files.details_path}")
-    if error_dir:
-        print(f"{word} task error_data will be saved in {error_dir}")
+    if not opts.quiet:
+        print(f"{opts.command}: {len(items)} APIs in {plan.dump_json} ({'real' if plan.real_data else 'random'} "
+              f"data): {len(tasks)} to run, {sum(1 for it in todo if it.skip)} skipped"
+              + (f", {summary.resumed} already in {files.result_path}" if summary.resumed else ""))
+        print(f"{word} task result will be saved in {files.result_path}")
+        print(f"{word} task details will be saved in {files.details_path}")
+        if error_dir:
+            print(f"{word} task error_data will be saved in {error_dir}")
     order = [it.name for it in todo]
     ready: Dict[str, Dict] = {it.name: {"forward": "SKIP", "backward": "SKIP", "message": it.skip, "details": []}
                               for it in todo if it.skip}
@@ -175,7 +190,7 @@ def _execute(plan: Plan, files: ResultFiles, opts: Options, error_dir: Optional[
             raise MsprobeError(f"{opts.command}: the checker processes could not start: {exc}")
         flush()
         job.finish()
-    _print_summary(summary, word)
+    _print_summary(summary, word, opts.quiet)
 
 
 def _count(summary: Summary, res: Dict) -> None:
@@ -200,12 +215,15 @@ def _count(summary: Summary, res: Dict) -> None:
     del summary.worst[5:]
 
 
-def _print_summary(s: Summary, word: str) -> None:
+def _print_summary(s: Summary, word: str, quiet: bool = False) -> None:
     done = s.passed + s.warning + s.error + s.skipped
     print(f"{word} task completed: {done} APIs checked"
           + (f" ({s.resumed} more from the resumed run)" if s.resumed else "")
           + f": {s.passed} passed, {s.warning} warning, {s.error} error, {s.skipped} skipped"
-          + (f" ({s.failed} failed to run)" if s.failed else ""))
+          + (f" ({s.failed} failed to run)" if s.failed else "")
+          + (f"; result {s.result_path}" if quiet else ""))
+    if quiet:
+        return
     if s.worst:
         print("worst outputs:")
         for d in s.worst:
