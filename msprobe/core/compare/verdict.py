@@ -240,45 +240,88 @@ def scaled_errors(t: np.ndarray, g: np.ndarray, max_abs: Optional[np.ndarray] = 
     A statistic equal on both sides (also +-inf, or NaN on both) counts 0; one finite and one not (or two
     different infinities) counts +inf; unusable on either side: ignored."""
     n = t.shape[1]
-    if t_ok is None:
-        t_ok = ~np.isnan(t)
-    if g_ok is None:
-        g_ok = ~np.isnan(g)
-    ok = t_ok & g_ok
+    # one statistic (one row of the (4, n) inputs) at a time, so that only a few row-sized temporaries
+    # exist at once (a big compare's peak is here); every value is computed by the same operations as
+    # on whole (4, n) arrays, so the results are identical
     with np.errstate(all="ignore"):
-        fin_t = np.isfinite(t)
-        fin_g = np.isfinite(g)
-        mags = np.vstack([np.where(fin_t[:2], np.abs(t[:2]), np.nan), np.where(fin_g[:2], np.abs(g[:2]), np.nan)])
-        mag = np.fmax.reduce(mags, axis=0) if n else np.zeros(0)
-        same = (t == g) | (np.isnan(t) & np.isnan(g))
-        both_fin = fin_t & fin_g
-        diff = np.abs(t - g)
+        # magnitude: largest finite |Max|, |Min| over both sides (NaN where none); fmax is a selection,
+        # so the order the four rows are folded in does not change it
+        mag = np.full(n, np.nan)
+        buf = np.empty(n)
+        for x in (t[0], t[1], g[0], g[1]):
+            np.abs(x, out=buf)
+            buf[~np.isfinite(x)] = np.nan
+            np.fmax(mag, buf, out=mag)
+        del buf
         err = np.full((5, n), np.nan)
+        identical = np.ones(n, dtype=bool)
+        any_ok_in = np.zeros(n, dtype=bool)
         for k in range(4):
+            tk, gk = t[k], g[k]
+            ok = (~np.isnan(tk) if t_ok is None else t_ok[k]) & (~np.isnan(gk) if g_ok is None else g_ok[k])
+            same = np.isnan(tk)
+            same &= np.isnan(gk)
+            same |= tk == gk
+            identical &= same | ~ok
+            any_ok_in |= ok
+            diff = np.abs(tk - gk)
             scale = mag if k < 3 else np.fmax(np.abs(t[3]), np.abs(g[3]))
-            e = np.where(diff[k] == 0, 0.0, diff[k] / scale)
-            err[k] = np.where(ok[k], np.where(same[k], 0.0, np.where(both_fin[k], e, np.inf)), np.nan)
+            e = np.where(diff == 0, 0.0, diff / scale)
+            del diff, scale
+            both_fin = np.isfinite(tk) & np.isfinite(gk)
+            e[~both_fin] = np.inf
+            del both_fin
+            e[same] = 0.0
+            e[~ok] = np.nan
+            err[k] = e
+            del e, same, ok
         if max_abs is not None:
             err[4] = np.where(np.isfinite(max_abs), np.where(max_abs == 0, 0.0, max_abs / mag), np.nan)
-        any_ok = ~np.all(np.isnan(err), axis=0)
-        score = np.where(any_ok, np.fmax.reduce(err, axis=0), np.nan) if n else np.zeros(0)
-        filled = np.where(np.isnan(err), -1.0, err)
-        stat = np.where(any_ok, np.argmax(filled, axis=0), -1).astype(np.int8)
-        identical = np.all(same | ~ok, axis=0) & np.any(ok, axis=0)
-    return score, stat, identical, err, mag
+        score, stat, any_ok = _fold(err)
+        stat[~any_ok] = -1
+    return score, stat, identical & any_ok_in, err, mag
 
 
-def rescaled(err: np.ndarray, mag: np.ndarray, new_mag: np.ndarray):
+def _fold(r: np.ndarray):
+    """(fmax over the rows of r, NaN where all NaN; index of the first row holding the largest value,
+    NaN counted as -1; rows not all NaN), one row at a time: the same as np.fmax.reduce(r, axis=0) and
+    np.argmax(np.where(np.isnan(r), -1.0, r), axis=0) without (k, n) temporaries."""
+    n = r.shape[1]
+    any_ok = ~np.isnan(r[0])
+    best = np.where(any_ok, r[0], -1.0)
+    stat = np.zeros(n, dtype=np.int8)
+    for k in range(1, r.shape[0]):
+        rk = r[k]
+        ok = ~np.isnan(rk)
+        fk = np.where(ok, rk, -1.0)
+        up = fk > best  # strictly larger: argmax keeps the first of equal values
+        stat[up] = k
+        np.maximum(best, fk, out=best)
+        any_ok |= ok
+        del fk, up, ok
+    score = np.fmax.reduce(r, axis=0) if n else np.zeros(0)
+    score[~any_ok] = np.nan
+    return score, stat, any_ok
+
+
+def rescaled(err: np.ndarray, mag: np.ndarray, new_mag: np.ndarray, out: Optional[np.ndarray] = None):
     """(score, stat) of the differences measured against another magnitude (the inputs'), for ops whose
     output is much smaller than what they consume (a sum with cancellation); the L2-norm error is scaled
-    by the same factor."""
+    by the same factor.  out: where the rescaled errors go (``err`` itself to overwrite it); default a
+    new array, dropped."""
     with np.errstate(all="ignore"):
-        sel = np.array([0, 1, 2, 3, 4])
-        e = err[sel]
-        r = np.where((e == 0) | np.isinf(e) | np.isnan(e), e, e * mag / new_mag)
-        any_ok = ~np.all(np.isnan(r), axis=0)
-        score = np.where(any_ok & (new_mag > 0), np.fmax.reduce(r, axis=0), np.nan)
-        stat = sel[np.argmax(np.where(np.isnan(r), -1.0, r), axis=0)].astype(np.int8)
+        r = np.empty_like(err) if out is None else out
+        for k in range(err.shape[0]):
+            e = err[k]
+            rk = e * mag
+            rk /= new_mag
+            keep = (e == 0) | np.isinf(e) | np.isnan(e)
+            rk[keep] = e[keep]
+            r[k] = rk  # (row k of err is read before it is overwritten when out is err)
+            del rk, keep
+        score, stat, _ = _fold(r)
+        del r
+        score[~(new_mag > 0)] = np.nan
     return score, stat
 
 
@@ -366,6 +409,62 @@ def _dtype_label(u: float, t_dtype: str, g_dtype: str) -> str:
     return (t_dtype or "?").rsplit(".", 1)[-1]
 
 
+# why a NOISE row is noise: the first of these rules that holds (see judge)
+_N_OWN, _N_ACC, _N_GRAD, _N_FLOOR, _N_DISCRETE, _N_INPUT, _N_EXPLAINED = range(1, 8)
+
+
+def _noise_cases(within_own, within_acc, grad_extreme, floor, discrete, is_in) -> np.ndarray:
+    """uint8 rule code per row (meaningful on NOISE rows): the first that holds, in the order of the args."""
+    code = np.full(len(within_own), _N_EXPLAINED, dtype=np.uint8)
+    for c, mask in ((_N_INPUT, is_in), (_N_DISCRETE, discrete), (_N_FLOOR, floor), (_N_GRAD, grad_extreme),
+                    (_N_ACC, within_acc), (_N_OWN, within_own)):  # last assignment wins: reverse order
+        code[mask] = c
+    return code
+
+
+def _err_text(i: int, unit, score, stat, use_in, t_dtype, g_dtype):
+    """('Max differs by 12.5% of magnitude', 'bf16') for row i."""
+    u = float(unit[i])
+    lab = _dtype_label(u, t_dtype[i], g_dtype[i])
+    s = float(score[i])
+    k = int(stat[i])
+    what = STAT_LABELS[k] if k >= 0 else "value"
+    scale = _scale_label(k, bool(use_in[i]))
+    e_txt = f"{what} differs by {_pct(s)} {scale}" if k != CRC else "CRC32 differs (no statistics recorded)"
+    return e_txt, lab
+
+
+def _noise_text(case: int, e_txt: str, lab: str, u, c: Optional[float]) -> str:
+    """The reason of a NOISE row: case from _noise_cases, u its noise unit (numpy float), c its inputs' error."""
+    if case == _N_OWN:
+        return f"{e_txt}: within {lab} rounding ({_pct(K_ROUND * u)})"
+    if case == _N_ACC:
+        return f"{e_txt}: within accumulated {lab} rounding ({_pct(np.maximum(K_ACC * u, MIN_FAIL))})"
+    if case == _N_GRAD:
+        return (f"{e_txt}: one extreme element of a gradient (a sum of terms of both signs); its L2 norm "
+                f"agrees within {lab} rounding")
+    if case == _N_FLOOR:
+        return f"{e_txt}: below the {_pct(MIN_FAIL)} floor of reduced-precision kernels"
+    if case == _N_DISCRETE:
+        return (f"{e_txt}: an integer/bool result (an index or comparison) of inputs that differ by "
+                f"{_pct(c or 0.0)}, which can flip it")
+    if case == _N_INPUT:
+        return f"{e_txt}: {lab} rounding carried from earlier ops (nothing failed before this row)"
+    return (f"{e_txt}: explained by its inputs' difference ({_pct(c or 0.0)}) and {lab} rounding "
+            f"(nothing failed before this row)")
+
+
+def _noise_reasons(v, case, ctx, unit, score, stat, use_in, t_dtype, g_dtype):
+    """Builder of the reason of a row that is not built eagerly: '' or, on NOISE rows, the noise text."""
+    def build(i: int) -> str:
+        if v[i] != NOISE:
+            return ""
+        e_txt, lab = _err_text(i, unit, score, stat, use_in, t_dtype, g_dtype)
+        c = float(ctx[i]) if not np.isnan(ctx[i]) else None
+        return _noise_text(int(case[i]), e_txt, lab, unit[i], c)
+    return build
+
+
 def judge(f: Facts) -> Judgement:
     """The verdict of every row (see the module docstring); vectorised except the `why` texts."""
     n = len(f.names)
@@ -381,6 +480,7 @@ def judge(f: Facts) -> Judgement:
     ug = unit_roundoff(f.g_dtype)
     unit = np.fmax(ut, ug)
     is_tensor = ~np.isnan(ut) & ~np.isnan(ug)
+    del ut, ug
     # --- non-tensor arguments: compared by value
     is_arg = np.zeros(n, dtype=bool)
     arg_fail = np.zeros(n, dtype=bool)
@@ -435,9 +535,11 @@ def judge(f: Facts) -> Judgement:
     inv = np.cumsum(new_call) - 1
     uniq = api[new_call]
     n_api = len(uniq)
+    del api, new_call
     is_in = (state == "input") | (state == "parameters")
     is_out = (state == "output")
     is_pg = (state == "parameters_grad")
+    del state
     e_in_own = np.full(n_api, np.nan)
     e_all = np.full(n_api, np.nan)
     nf_in = np.zeros(n_api, dtype=bool)
@@ -454,7 +556,9 @@ def judge(f: Facts) -> Judgement:
     # of a module's forward / backward call: also every entry of its sub-modules (their parameters and
     # outputs are inputs the module's own rows do not show)
     fwd_keys, mod_keys, pg_keys = _family_keys(uniq)
-    pos = {a: k for k, a in enumerate(uniq.tolist())}
+    need = {fk for fk in fwd_keys if fk}  # (only the forward keys of backward calls are looked up)
+    pos = {a: k for k, a in enumerate(uniq.tolist()) if a in need}
+    del need
     mod_err = {}  # module key -> largest error of its forward / backward rows
     mod_gmag = {}  # module key -> magnitude of the gradients its backward received
     mod_gnum = {}  # module key -> their element count
@@ -491,16 +595,21 @@ def judge(f: Facts) -> Judgement:
                 e_ctx[k] = np.fmax(e_ctx[k], sub)
     ctx = e_ctx[inv]
     is_bwd = np.array([bool(k) for k in fwd_keys], dtype=bool)[inv]
+    del fwd_keys, mod_keys, pg_keys, pos, mod_err, mod_gmag, mod_gnum, sub_err, e_ctx, e_in_own, e_all
     # an output much smaller than what its op consumed (a reduction with cancellation, x - y with x ~ y)
     # carries the absolute rounding of the inputs: judge its difference against the inputs' magnitude
     # too and keep the smaller of the two scaled errors
-    judged_out = ~((state == "input") | (state == "parameters"))
-    in_score, in_stat = rescaled(err, mag, mag_in[inv])
+    judged_out = ~is_in  # (state "input" or "parameters")
+    err_norm = err[3].copy()  # (the L2-norm errors, below; err itself is overwritten by its rescaled values)
+    in_score, in_stat = rescaled(err, mag, mag_in[inv], out=err)
+    del err
     with np.errstate(invalid="ignore"):
         much_smaller = mag_in[inv] > CANCEL_RATIO * mag
     use_in = judged_out & much_smaller & (in_score < score)
+    del judged_out, much_smaller
     score = np.where(use_in, in_score, score)
     stat = np.where(use_in, in_stat, stat).astype(np.int8)
+    del in_score, in_stat
     ctx_nf = nf_in[inv]
     own_bound = K_ROUND * unit
     acc_bound = np.maximum(K_ACC * unit, MIN_FAIL)
@@ -509,17 +618,20 @@ def judge(f: Facts) -> Judgement:
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = numel_in[inv] / numel
     amp = AMP * np.sqrt(np.where(np.isfinite(ratio) & (ratio > 1), ratio, 1.0))
+    del ratio, numel
     with np.errstate(invalid="ignore", over="ignore"):
         explained = score <= amp * np.nan_to_num(ctx, nan=0.0) + own_bound
         within_own = score <= own_bound
         within_acc = score <= acc_bound
         below_floor = score <= MIN_FAIL
+    del acc_bound
     # a gradient (a backward output, a parameter gradient) is a reduction: in low precision one element
     # that sums terms of both signs can end far off while the tensor as a whole agrees; it is a fault only
     # when its L2 norm is beyond what its inputs explain too
     with np.errstate(all="ignore"):
-        norm_s = np.fmin(err[3], err[3] * mag / mag_in[inv])
+        norm_s = np.fmin(err_norm, err_norm * mag / mag_in[inv])
         norm_ok = norm_s <= amp * np.nan_to_num(ctx, nan=0.0) + own_bound
+    del norm_s, amp, err_norm, mag, mag_in, numel_in
     grad_extreme = (is_pg | (is_bwd & is_out)) & ~explained & norm_ok & (stat != 3)
     v = np.full(n, NOT_COMPARED, dtype=np.int8)
     # rows whose difference is explained by their inputs but beyond accumulated rounding: WARN when an
@@ -610,6 +722,7 @@ def judge(f: Facts) -> Judgement:
     score = np.where(matched, score, np.nan)
     # --- reasons: built now for red and yellow rows (and PASS rows holding inf/NaN), on first access for
     # the NOISE rows (a bf16 run has hundreds of thousands of them)
+    noise_case = _noise_cases(within_own, within_acc, grad_extreme, below_floor & ~explained, discrete, is_in)
     names = f.names
 
     def reason(i: int) -> str:
@@ -623,36 +736,14 @@ def judge(f: Facts) -> Judgement:
             return f"argument {label} differs{extra}: {_fmt_value(a)} vs {_fmt_value(b)}"
         if rg_warn[i] and vi == WARN:
             return "requires_grad differs between target and golden"
-        u = float(unit[i])
-        lab = _dtype_label(u, f.t_dtype[i], f.g_dtype[i])
-        s = float(score[i])
-        k = int(stat[i])
-        what = STAT_LABELS[k] if k >= 0 else "value"
-        scale = _scale_label(k, bool(use_in[i]))
-        e_txt = f"{what} differs by {_pct(s)} {scale}" if k != CRC else "CRC32 differs (no statistics recorded)"
+        e_txt, lab = _err_text(i, unit, score, stat, use_in, f.t_dtype, f.g_dtype)
         c = float(ctx[i]) if not np.isnan(ctx[i]) else None
         if nonfin_t_only[i]:
             t_nf = [STAT_LABELS[j] + " " + repr(float(f.t_stats[j, i])) for j in range(2) if not np.isfinite(f.t_stats[j, i])]
             return ("NaN/inf on target only (" + ", ".join(t_nf) + ")" +
                     ("" if vi == FAIL else ": inherited, its inputs already hold NaN/inf"))
         elif vi == NOISE:
-            if within_own[i]:
-                return f"{e_txt}: within {lab} rounding ({_pct(own_bound[i])})"
-            elif within_acc[i]:
-                return f"{e_txt}: within accumulated {lab} rounding ({_pct(acc_bound[i])})"
-            elif grad_extreme[i]:
-                return (f"{e_txt}: one extreme element of a gradient (a sum of terms of both signs); its L2 norm "
-                        f"agrees within {lab} rounding")
-            elif below_floor[i] and not explained[i]:
-                return f"{e_txt}: below the {_pct(MIN_FAIL)} floor of reduced-precision kernels"
-            elif discrete[i]:
-                return (f"{e_txt}: an integer/bool result (an index or comparison) of inputs that differ by "
-                        f"{_pct(c or 0.0)}, which can flip it")
-            elif is_in[i]:
-                return f"{e_txt}: {lab} rounding carried from earlier ops (nothing failed before this row)"
-            else:
-                return (f"{e_txt}: explained by its inputs' difference ({_pct(c or 0.0)}) and {lab} rounding "
-                        f"(nothing failed before this row)")
+            return _noise_text(int(noise_case[i]), e_txt, lab, unit[i], c)
         elif vi == WARN:
             if is_in[i]:
                 return f"{e_txt}: inherited, the input already differs beyond {lab} rounding"
@@ -676,9 +767,13 @@ def judge(f: Facts) -> Judgement:
             return f"{e_txt} while its inputs differ by only {_pct(c)}{peer}"
         return ""
 
-    why = Reasons(n, reason)
-    for i in np.flatnonzero(v >= WARN).tolist():
-        why.fill(i)
+    # the NOISE rows' texts are built on first access from a few compact columns only (not from this
+    # function's row-sized temporaries, which are freed when it returns); every other row's text now
+    why = Reasons(n, _noise_reasons(v, noise_case, ctx, unit, score, stat, use_in, f.t_dtype, f.g_dtype))
+    eager = v >= WARN
+    eager |= (v == NOISE) & (is_arg | nonfin_t_only)  # (none: such rows are never NOISE; kept exact anyway)
+    for i in np.flatnonzero(eager).tolist():
+        why.set(i, reason(i))
     with np.errstate(invalid="ignore"):
         pass_nf = np.flatnonzero((v == PASS) & ~(np.all(np.isfinite(f.t_stats), axis=0) | ~tens))
     for i in pass_nf.tolist():
@@ -697,17 +792,31 @@ def _linked_inputs(t: np.ndarray, g: np.ndarray, producer: np.ndarray, rows: np.
     sel = np.flatnonzero(producer | rows)
     if not len(sel):
         return out
-    key = np.ascontiguousarray(np.vstack([t[:, sel], g[:, sel]]).T)
-    key = np.where(np.isnan(key), np.nan, key)  # one NaN bit pattern
-    void = key.view(np.dtype((np.void, key.dtype.itemsize * key.shape[1]))).ravel()
-    _, gid = np.unique(void, return_inverse=True)
-    gid = gid.ravel()
-    order = np.lexsort((sel, gid))  # by group, then report order
-    gs = gid[order]
+    kt, kg = t.shape[0], g.shape[0]
+    key = np.empty((len(sel), kt + kg), dtype=np.result_type(t, g))  # (target, golden) statistics per row
+    for k in range(kt):
+        key[:, k] = t[k, sel]
+    for k in range(kg):
+        key[:, kt + k] = g[k, sel]
+    key[np.isnan(key)] = np.nan  # one NaN bit pattern
+    # rows with bit-identical keys form a group; sorted by group (by the keys' bit patterns), then report
+    # order (sel is ascending): a lexsort needs no sorted copy of the keys
+    bits = key.view(np.dtype("u%d" % key.dtype.itemsize))
+    cols = [bits[:, c] for c in range(bits.shape[1] - 1, -1, -1)]
+    order = np.lexsort([np.arange(len(sel))] + cols)
+    del cols
+    start = np.ones(len(sel), dtype=bool)
+    if len(sel) > 1:
+        differs = np.zeros(len(sel) - 1, dtype=bool)
+        for c in range(bits.shape[1]):
+            col = bits[order, c]
+            differs |= col[1:] != col[:-1]
+            del col
+        start[1:] = differs
+        del differs
+    del key, bits
     prod = producer[sel][order].astype(np.int64)
     before = np.cumsum(prod) - prod  # producers before this position (all groups)
-    start = np.ones(len(gs), dtype=bool)
-    start[1:] = gs[1:] != gs[:-1]
     base = np.maximum.accumulate(np.where(start, before, 0))
     linked_sorted = (before - base) > 0
     res = np.zeros(len(sel), dtype=bool)
