@@ -125,3 +125,47 @@ def test_statistics_report_keeps_numbers_not_cells():
     assert rep.columns[rep.header.index("Max diff")] == dc
     assert rep.columns[rep.header.index("MaxRelativeErr")] == rc
     assert any(isinstance(v, float) for v in dc) and any(v.endswith("%") for v in rc)
+
+
+def test_highlight_masks_from_columns_equal_the_cells():
+    """The highlight's "NPU/Bench max is a number" and "NPU max/min is NaN/inf" masks are read from the dump's
+    columns (CompactValues arrays) instead of the report's cells: the same masks as from the cells."""
+    import numpy as np
+
+    from msprobe.core.compare import engine as eng
+    from msprobe.core.compare import stats as st
+    from msprobe.core.dump.reader import CompactValues
+
+    raw = [1.5, float("nan"), None, "True", "nan", "inf", 3, 2 ** 70, True, "N/A", float("inf"), -0.0, "1e3", -7]
+    idx = np.array([13, 0, -1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 0, -1], dtype=np.int64)
+    for col in (CompactValues(raw), list(raw)):
+        taken = eng._take(col, idx)  # the target cells: display(values), "N/A" where idx is -1
+        _, want = eng._number_mask(st.display(taken))
+        assert eng._number_at(col, idx).tolist() == want.tolist()
+        rev = CompactValues(list(reversed(raw)))
+        assert eng._nonfinite_at(idx, col, rev).tolist() == eng._nonfinite(taken, eng._take(rev, idx)).tolist()
+        assert eng._nonfinite_at(idx, col).tolist() == eng._nonfinite(taken).tolist()
+        assert eng._nonfinite_at(idx, col).any() and not eng._nonfinite_at(idx, col).all()
+
+
+def test_worker_parsed_side_is_restored_exactly():
+    """The golden side parsed in the worker is sent without its statistics' values and masks (copies of the
+    dump's own columns) and remade in the parent: the same arrays as a parse in the parent itself."""
+    import numpy as np
+
+    from msprobe.core.compare import engine as eng
+
+    t, _ = _pair("mlp_bf16_stat_mix")
+    path = next(os.path.join(r, "dump.json") for r in (os.path.join(t, "rank"), os.path.join(t, "rank0"), t)
+                if os.path.isfile(os.path.join(r, "dump.json")))
+    whole = eng._load_side(path, "golden", "")
+    sent = pickle.loads(pickle.dumps(eng._load_side_sent(path, "golden", "")))
+    assert sent.parsed is not None and all(v is None and ok is None for v, ok, _ in sent.parsed)
+    eng._restore_numbers(sent)
+    assert len(sent.parsed) == len(whole.parsed) == 4
+    for (v1, ok1, r1), (v2, ok2, r2) in zip(whole.parsed, sent.parsed):
+        assert v1.tobytes() == v2.tobytes() and ok1.tolist() == ok2.tolist() and r1.tobytes() == r2.tobytes()
+    # the values are the column's own array again (no copy beside it) where every value is a number
+    vals, _, other = sent.stat_max.numbers()
+    if not other:
+        assert np.shares_memory(sent.parsed[0][0], vals)

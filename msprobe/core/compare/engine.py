@@ -18,7 +18,7 @@ from msprobe.core.compare.match import Matches, match_exact, match_fuzzy, match_
 from msprobe.core.dump.reader import (MODE_MD5, MODE_STATISTICS, MODE_TENSOR, NO_VALUE, CompactValues, DumpRows, dump_mode,
                                       read_dump)
 from msprobe.core.errors import MsprobeError
-from msprobe.core.io.columns import ChunkedColumn, materialise
+from msprobe.core.io.columns import ChunkedColumn
 
 log = logging.getLogger("msprobe")
 
@@ -225,10 +225,31 @@ def _read_both(cfg: CompareConfig, target_json: str, golden_json: str) -> Tuple[
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("fork")) as pool:
-        fut = pool.submit(_load_side, golden_json, "golden", "")
+        fut = pool.submit(_load_side_sent, golden_json, "golden", "")
         t = _load_side(target_json, "target", cfg.stack_path)
         g = fut.result()
+    _restore_numbers(g)
+    _trim_heap()  # (what unpickling the golden side left free)
     return t, g
+
+
+def _load_side_sent(path: str, side: str, stack_path: Optional[str]) -> DumpRows:
+    """:func:`_load_side` in the worker process, its result to be pickled back to the parent: without the
+    statistics' float values and number masks, which are (or are made from) the dump's own columns and
+    which pickle would send as copies kept beside those columns; :func:`_restore_numbers` remakes them."""
+    rows = _load_side(path, side, stack_path)
+    if rows.parsed is not None:
+        rows.parsed = [(None, None, ref) for _, _, ref in rows.parsed]
+    return rows
+
+
+def _restore_numbers(rows: DumpRows) -> None:
+    """The parsed statistics of rows from :func:`_load_side_sent`, as :func:`stats.parsed_stats` makes them
+    (its values and mask are stats.numeric of the column: the column's own array where every value is a
+    number)."""
+    if rows.parsed is not None and rows.parsed and rows.parsed[0][0] is None:
+        cols = (rows.stat_max, rows.stat_min, rows.stat_mean, rows.stat_norm)
+        rows.parsed = [st.numeric(c) + (ref,) for c, (_, _, ref) in zip(cols, rows.parsed)]
 
 
 def _load_side(path: str, side: str, stack_path: Optional[str]) -> DumpRows:
@@ -237,7 +258,20 @@ def _load_side(path: str, side: str, stack_path: Optional[str]) -> DumpRows:
     if rows.task == MODE_STATISTICS and not rows.has_md5:
         rows.parsed = [st.parsed_stats(c) for c in (rows.stat_max, rows.stat_min, rows.stat_mean, rows.stat_norm)]
         rows.data_name, rows._md5_raw = [], []  # (tensor and md5 modes only) a pointer a row each, not kept
+    _trim_heap()
     return rows
+
+
+def _trim_heap() -> None:
+    """Give the C heap's free pages back to the system (glibc ``malloc_trim``; nothing elsewhere): parsing
+    a big dump frees most of what it allocates, and without this the process keeps it (the two parsing
+    processes of a big compare would otherwise peak together at several times the rows they hold)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError, TypeError):
+        pass
 
 
 def _take_parsed(parsed, idx: np.ndarray):
@@ -301,6 +335,38 @@ def _nonfinite(*cols) -> np.ndarray:
     return out
 
 
+def _at(side: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """side[idx] of a bool array per dump row, False where idx is -1 (a report row without that side)."""
+    out = np.zeros(len(idx), dtype=bool)
+    has = idx >= 0
+    out[has] = side[idx[has]]
+    return out
+
+
+def _nonfinite_at(idx: np.ndarray, *cols) -> np.ndarray:
+    """Per report row: one of the dump columns holds a number (or numeric text) that is NaN or +-inf at row
+    idx (False where idx is -1): what :func:`_nonfinite` gives on the taken values, computed on the dump's
+    columns (their own arrays for CompactValues) instead of lists of Python floats."""
+    return _at(_nonfinite(*cols), idx)
+
+
+def _number_at(col, idx: np.ndarray) -> np.ndarray:
+    """Per report row: col[idx] is a float or an int (not a bool) other than NaN (False where idx is -1), as
+    :func:`_number_mask` says of the displayed cell, from the dump's column without making the cells."""
+    if isinstance(col, CompactValues):
+        vals, ok, other = col.numbers()
+        ok = ok & ~np.isnan(vals)  # (kinds float and int; ints are never NaN)
+        for i, v in other.items():
+            if v.__class__ in (float, int) and v == v:
+                ok[i] = True
+    else:
+        if isinstance(col, np.ndarray):
+            col = col.tolist()  # (as _take gives its values: Python numbers)
+        num_types = (float, int)
+        ok = np.fromiter((v.__class__ in num_types and v == v for v in col), dtype=bool, count=len(col))
+    return _at(ok, idx)
+
+
 def _number_mask(col) -> Tuple[np.ndarray, np.ndarray]:
     """(float values, is-a-number-and-not-NaN) for a column of cells."""
     num_types = (float, int)
@@ -312,15 +378,17 @@ def _number_mask(col) -> Tuple[np.ndarray, np.ndarray]:
     return vals, ok
 
 
-def _highlight(t: DumpRows, m: Matches, summary_cells, max_diff, rg_bad, msg, **mode_cols):
+def _highlight(t: DumpRows, g: DumpRows, m: Matches, max_diff, rg_bad, msg, **mode_cols):
     """Colour the rows and append the highlight messages; max_diff: the Max diff / MaxAbsErr cells, or their
     (values, is-a-number) arrays; mode_cols: rel (statistics) or one_thousandth + cosine (tensor)."""
-    _, nmax_ok = _number_mask(materialise(summary_cells[0]))
-    _, bmax_ok = _number_mask(materialise(summary_cells[4]))
+    # NPU max / Bench max cells (_summary_cols) hold a number where the dump's value is one (display keeps
+    # numbers, the golden side is "N/A" on unmatched rows): read from the columns, the cells are not made
+    nmax_ok = _number_at(t.stat_max, m.target)
+    bmax_ok = _number_at(g.stat_max, m.golden) & m.matched
     md_vals, md_ok = max_diff if isinstance(max_diff, tuple) else _number_mask(max_diff)
     h = hl.HighlightInput(
         api=_take(t.api, m.target), state=_take(t.state, m.target),
-        npu_nonfinite=_nonfinite(_take(t.stat_max, m.target), _take(t.stat_min, m.target)),
+        npu_nonfinite=_nonfinite_at(m.target, t.stat_max, t.stat_min),
         npu_max_num=nmax_ok, bench_max_num=bmax_ok,
         max_diff=md_vals, max_diff_num=md_ok, rg_inconsistent=rg_bad, **mode_cols,
     )
@@ -424,7 +492,7 @@ def _statistics(cfg: CompareConfig, t: DumpRows, g: DumpRows, m: Matches) -> Rep
     result = [("Warning" if w else "") if ok else NA for w, ok in zip(flagged_v.tolist(), matched.tolist())]
     ref_styles, ref_msgs = None, None
     if cfg.highlight:
-        ref_styles, ref_msgs = _highlight(t, m, summary_cells, (sd[0].diff_values, sd[0].good.copy()), rg_bad,
+        ref_styles, ref_msgs = _highlight(t, g, m, (sd[0].diff_values, sd[0].good.copy()), rg_bad,
                                           [""] * len(msg), rel=sd[0].rel_fraction)
     ref_flag = warn | (ref_styles > 0 if ref_styles is not None else False)
     msg = _verdict_notes(msg, j, ref_flag, ref_msgs, "the reference's check divides a difference by a statistic near zero")
@@ -534,7 +602,7 @@ def _tensor(cfg, t: DumpRows, g: DumpRows, m: Matches, target_json, golden_json,
     j = _judge(t, g, m, cols, rg_bad=rg_bad, pos_mismatch=pos_mismatch)
     ref_styles, ref_msgs = None, None
     if cfg.highlight:
-        ref_styles, ref_msgs = _highlight(t, m, summary_cells, metric_cols[2], rg_bad, [""] * n,
+        ref_styles, ref_msgs = _highlight(t, g, m, metric_cols[2], rg_bad, [""] * n,
                                           one_thousandth=_number_mask(metric_cols[4])[0], cosine=_number_mask(metric_cols[0])[0])
     no = np.array([a == "No" for a in accuracy], dtype=bool)
     ref_flag = no | (ref_styles > 0 if ref_styles is not None else False)
