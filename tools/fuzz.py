@@ -671,6 +671,18 @@ def main(argv=None) -> int:
         el = time.time() - t0
         print(f"[{done} inputs, {el:.0f} s] " + ", ".join(f"{k}: {v}" for k, v in counts.items()), flush=True)
 
+    def dispatch(msg):
+        kind, i, payload = msg
+        for st in running.values():
+            if i in st["left"]:
+                if kind == "start":
+                    st["current"], st["since"] = i, time.time()
+                else:
+                    st["left"].remove(i)
+                    st["current"] = None
+                    record(payload)
+                break
+
     while batches or running:
         while batches and len(running) < args.j:
             launch()
@@ -679,16 +691,7 @@ def main(argv=None) -> int:
         except Exception:  # noqa: BLE001 - queue.Empty
             msg = None
         if msg:
-            kind, i, payload = msg
-            for st in running.values():
-                if i in st["left"]:
-                    if kind == "start":
-                        st["current"], st["since"] = i, time.time()
-                    else:
-                        st["left"].remove(i)
-                        st["current"] = None
-                        record(payload)
-                    break
+            dispatch(msg)
         for pid, st in list(running.items()):
             p = st["proc"]
             if st["current"] is not None and time.time() - st["since"] > args.timeout * 2 + 30:
@@ -704,16 +707,16 @@ def main(argv=None) -> int:
                 p.join()
                 del running[pid]
             elif not p.is_alive():
-                # died without a message (e.g. killed by the OOM killer or os._exit in a command)
-                time.sleep(0.5)
-                while True:
+                # ended with inputs unreported: its last messages may still be in the pipe (a worker that ran
+                # its batch to the end exits 0 right after its last put; on a loaded machine the parent can see
+                # the exit first), else it died (the OOM killer, os._exit in a command). Every message drained
+                # here goes to the worker it belongs to.
+                deadline = time.time() + (15.0 if p.exitcode == 0 else 0.5)
+                while st["left"] and time.time() < deadline:
                     try:
-                        kind, i, payload = queue.get_nowait()
-                    except Exception:  # noqa: BLE001
-                        break
-                    if kind == "done" and i in st["left"]:
-                        st["left"].remove(i)
-                        record(payload)
+                        dispatch(queue.get(timeout=0.2))
+                    except Exception:  # noqa: BLE001 - queue.Empty
+                        pass
                 if st["left"]:
                     i = st["current"] if st["current"] in st["left"] else st["left"][0]
                     st["left"].remove(i)
