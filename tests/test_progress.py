@@ -326,11 +326,11 @@ def test_slow_dump_flush_names_its_stages(tmp_path, caplog, monkeypatch):
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps({"task": "statistics", "dump_path": str(tmp_path / "dump"), "rank": [], "step": [],
                                "level": "L1", "async_dump": False}))
-    real_write = writer.write_json
+    real_dumps = writer.dumps      # write_step_files serialises each step file with writer.dumps
 
-    def slow_write(path, obj, *a, **kw):
+    def slow_dumps(obj, *a, **kw):
         time.sleep(0.4)
-        return real_write(path, obj, *a, **kw)
+        return real_dumps(obj, *a, **kw)
 
     PrecisionDebugger._reset_for_tests()
     try:
@@ -343,7 +343,7 @@ def test_slow_dump_flush_names_its_stages(tmp_path, caplog, monkeypatch):
             dbg.step()                                   # quick: nothing said
         assert not [r for r in caplog.records if "dump step" in r.getMessage()]
         monkeypatch.setattr(lifecycle, "SLOW_FLUSH_SECONDS", 0.2)
-        monkeypatch.setattr(writer, "write_json", slow_write)
+        monkeypatch.setattr(writer, "dumps", slow_dumps)
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="msprobe"):
             dbg.start()
