@@ -3,6 +3,7 @@ synthetic dumps of any size, running msprobe and training scripts in subprocesse
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -25,9 +26,16 @@ def msprobe(args, cwd, timeout=300, **kw):
                           capture_output=True, text=True, timeout=timeout, **kw)
 
 
+def _default_sigint():
+    # a job started in the background of a non-interactive shell (`cmd &`, as CI runners and nohup do) inherits
+    # SIGINT ignored, and Python keeps an ignored SIGINT ignored: the command under test gets the default
+    # (KeyboardInterrupt) that a terminal's Ctrl-C meets
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def msprobe_popen(args, cwd):
     return subprocess.Popen([sys.executable, "-m", "msprobe", *[str(a) for a in args]], cwd=str(cwd), env=env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
 
 
 def _stat(rng, shape, dtype="torch.float32"):
