@@ -271,6 +271,20 @@ def test_op_generate_dict_in_shape(tmp_path, capsys, monkeypatch):
     assert_clean(rc, text, "shape")
 
 
+def test_op_generate_data_name_not_a_string(tmp_path, capsys, monkeypatch):
+    """Fuzzer signature op_generate:internal:TypeError:pytorch/op_generate/generator.py:<listcomp> (input 99,371
+    of the 10^5 run): a data_name that is a dict reached os.path.isfile in real_data mode."""
+    pytest.importorskip("torch")
+    t, g = copy_rank(tmp_path, TENSOR)
+
+    def fn(obj):
+        obj["data"]["Functional.linear.0.forward"]["input_args"][0]["data_name"] = {"a": 1}
+    edit_json(t / "dump.json", fn)
+    cfg = _op_config(tmp_path, t / "dump.json", data_mode="real_data")
+    rc, text = run(["op_generate", "-i", cfg, "-o", tmp_path / "out"], capsys, monkeypatch, tmp_path)
+    assert "data_name must be a file name" in assert_clean(rc, text)
+
+
 def test_op_generate_path_too_long(tmp_path, capsys, monkeypatch):
     """op_generate: OSError 'File name too long' from atomic_write (a 100,000-character path)."""
     pytest.importorskip("torch")

@@ -382,6 +382,10 @@ def case_from_records(src: str, entries: Dict[str, dict], propagation: str, data
         grads = _convert(bwd.get("input", bwd.get("grad_input", [])) or [], f"{full} input")
     needed = _tensors(args) + _tensors(kwargs) + _tensors(grads)
     if data_mode == "real_data":
+        wrong = next((t["data_name"] for t in needed if t.get("data_name") and not isinstance(t["data_name"], str)), None)
+        if wrong is not None:
+            raise MsprobeError(f"{src}: {full}: a data_name must be a file name (a string), got "
+                               f"{type(wrong).__name__} {str(wrong)[:80]}; use a dump.json written by the dump tool")
         missing = [t for t in needed if not t.get("data_name")]
         if missing:
             raise MsprobeError(f"{src}: real_data mode needs the recorded tensors, but {len(missing)} of the {len(needed)} "
