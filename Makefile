@@ -90,11 +90,11 @@ test-npu: npu-venv
 # main one: MindSpore forces numpy<2 on everything in its venv, and its 2.8 GB should not be needed to work on compare.
 # tests/mindspore runs only there; tests/test_mindspore_*.py of the main suite runs it as a subprocess. Building it
 # never fails the build: on any error it warns and leaves no stamp, and the main suite's MindSpore test skips with the
-# reason. MS_WHEEL_DIR may hold a downloaded mindspore wheel (pip then takes it from there).
+# reason. MS_WHEEL_DIR (unset by default) may name a folder holding a downloaded mindspore wheel (pip then takes it from there).
 MS_VENV := .venv-ms
 MS_VPY := $(MS_VENV)/bin/python
 MS_STAMP := $(MS_VENV)/.stamp
-MS_WHEEL_DIR ?= /tmp/msdl
+MS_WHEEL_DIR ?=
 
 .PHONY: ms-venv test-ms
 
@@ -102,7 +102,7 @@ ms-venv: $(MS_STAMP)
 
 $(MS_STAMP): setup.py pyproject.toml
 	@rm -f $(MS_STAMP); \
-	links=$$(test -d $(MS_WHEEL_DIR) && echo "--find-links $(MS_WHEEL_DIR)"); \
+	links=$$(test -n "$(MS_WHEEL_DIR)" && test -d "$(MS_WHEEL_DIR)" && echo "--find-links $(MS_WHEEL_DIR)"); \
 	if { test -x $(MS_VPY) || $(PY) -m venv $(MS_VENV); } \
 	  && $(MS_VPY) -m pip install -q $$links mindspore==2.10.0 "numpy<2" pytest \
 	  && $(MS_VPY) -m pip install -q -e . \

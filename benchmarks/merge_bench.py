@@ -9,7 +9,7 @@ the argument in NPU max / Bench max).  The first row of every API carries a stac
 
     .venv/bin/python benchmarks/merge_bench.py [--ranks 64] [--rows 20000] [--repeat 2] [--reference]
 
-Reports are generated once into --dir (default /tmp/msprobe_merge_bench/ranks{R}_rows{N}) and reused.
+Reports are generated once into --dir (default <system temp dir>/msprobe_merge_bench/ranks{R}_rows{N}) and reused.
 Two configs are timed: ``typical`` (two communication APIs and Functional.linear, every statistics
 index: 9 sheets) and ``all`` (every row of every report, 9 sheets).  With --reference the reference
 8.3.3 (venv $MSPROBE_REF8, else $MSPROBE_REF_CACHE/venv833, cache default ~/.cache/msprobe-ref) is timed on
@@ -23,6 +23,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -174,7 +175,7 @@ def main() -> int:
     ap.add_argument("--ranks", type=int, default=64)
     ap.add_argument("--rows", type=int, default=20000)
     ap.add_argument("--repeat", type=int, default=2)
-    ap.add_argument("--dir", default="/tmp/msprobe_merge_bench")
+    ap.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "msprobe_merge_bench"))
     ap.add_argument("--match-column", action="store_true", help="add our compare's Match column to the reports")
     ap.add_argument("--reference", action="store_true",
                     help="also time the reference 8.3.3 (venv $MSPROBE_REF8, else $MSPROBE_REF_CACHE/venv833; "
