@@ -196,7 +196,7 @@ def test_unselected_sections_only_need_to_be_objects(tmp_path):
 # ------------------------------------------------------------------------------------- field errors
 
 def test_task_errors(tmp_path):
-    for t in ("free_benchmark", "run_ut", "grad_probe"):
+    for t in ("acc_check", "run_ut", "grad_probe"):
         msg = err(tmp_path, '"task"', f'"{t}"', "not supported by this msprobe yet",
                   "statistics, tensor, overflow_check, structure", task=t)
         assert "config.json" in msg

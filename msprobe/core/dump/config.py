@@ -24,9 +24,9 @@ from msprobe.core.fileio import load_json
 
 log = logging.getLogger("msprobe")
 
-SUPPORTED_TASKS = ("statistics", "tensor", "overflow_check", "structure")
+SUPPORTED_TASKS = ("statistics", "tensor", "overflow_check", "structure", "free_benchmark")
 # Reference tasks (G8 and G26 names) this implementation does not run yet.
-UNSUPPORTED_TASKS = ("free_benchmark", "run_ut", "grad_probe", "exception_dump", "acc_check", "diff_check", "nan_check")
+UNSUPPORTED_TASKS = ("run_ut", "grad_probe", "exception_dump", "acc_check", "diff_check", "nan_check")
 LEVELS = ("L0", "L1", "L2", "mix", "debug")
 PRECISIONS = ("low", "high")
 SUMMARY_MODES = ("statistics", "md5")
@@ -49,6 +49,8 @@ TASK_KEYS = {
     "tensor": ("scope", "list", "data_mode", "file_format", "backward_input"),
     "overflow_check": ("overflow_nums", "check_mode"),
     "structure": (),
+    "free_benchmark": ("scope", "list", "fuzz_device", "pert_mode", "handler_type", "fuzz_level", "fuzz_stage",
+                       "if_preheat", "preheat_step", "max_sample"),   # msprobe.core.free_benchmark.config
 }
 
 STEP_RANK_MAX = 1_000_000
@@ -83,6 +85,7 @@ class DumpConfig:
     framework: str = "pytorch"
     api_capture: str = "full"           # full | reference
     source: str = ""          # the config file path, for messages
+    free_benchmark: Any = None  # task free_benchmark: msprobe.core.free_benchmark.config.FreeBenchmarkConfig
 
     # data_mode (spec 2.2): "all" is everything; if neither forward nor backward is named both are
     # implied, and likewise for input/output.
@@ -460,7 +463,11 @@ def load_dump_config(config_path=None, *, task=None, dump_path=None, level=None,
         level_value = "mix"
 
     section = data.get(task_value, {})
-    values = _check_section(_Where(path, section=task_value), task_value, section, level_value, framework)
+    if task_value == "free_benchmark":
+        from msprobe.core.free_benchmark.config import check_free_benchmark
+        values = check_free_benchmark(section, _Where(path, section=task_value), level_value, framework)
+    else:
+        values = _check_section(_Where(path, section=task_value), task_value, section, level_value, framework)
     section_where = _Where(path, section=task_value)
 
     # cross-field rules
