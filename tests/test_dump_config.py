@@ -196,13 +196,13 @@ def test_unselected_sections_only_need_to_be_objects(tmp_path):
 # ------------------------------------------------------------------------------------- field errors
 
 def test_task_errors(tmp_path):
-    for t in ("acc_check", "run_ut", "grad_probe"):
+    for t in ("acc_check", "run_ut", "exception_dump"):
         msg = err(tmp_path, '"task"', f'"{t}"', "not supported by this msprobe yet",
                   "statistics, tensor, overflow_check, structure", task=t)
         assert "config.json" in msg
     err(tmp_path, '"task"', '"foo"', "unknown task", "statistics, tensor, overflow_check, structure", task="foo")
     err(tmp_path, '"task"', "3", "unknown task", task=3)
-    err(tmp_path, 'PrecisionDebugger argument "task"', '"grad_probe"', "not supported", overrides={"task": "grad_probe"})
+    err(tmp_path, 'PrecisionDebugger argument "task"', '"run_ut"', "not supported", overrides={"task": "run_ut"})
     err(tmp_path, 'PrecisionDebugger argument "task"', '"bad"', "unknown task", overrides={"task": "bad"})
 
 

@@ -24,9 +24,9 @@ from msprobe.core.fileio import load_json
 
 log = logging.getLogger("msprobe")
 
-SUPPORTED_TASKS = ("statistics", "tensor", "overflow_check", "structure", "free_benchmark")
+SUPPORTED_TASKS = ("statistics", "tensor", "overflow_check", "structure", "grad_probe", "free_benchmark")
 # Reference tasks (G8 and G26 names) this implementation does not run yet.
-UNSUPPORTED_TASKS = ("run_ut", "grad_probe", "exception_dump", "acc_check", "diff_check", "nan_check")
+UNSUPPORTED_TASKS = ("run_ut", "exception_dump", "acc_check", "diff_check", "nan_check")
 LEVELS = ("L0", "L1", "L2", "mix", "debug")
 PRECISIONS = ("low", "high")
 SUMMARY_MODES = ("statistics", "md5")
@@ -51,6 +51,7 @@ TASK_KEYS = {
     "structure": (),
     "free_benchmark": ("scope", "list", "fuzz_device", "pert_mode", "handler_type", "fuzz_level", "fuzz_stage",
                        "if_preheat", "preheat_step", "max_sample"),   # msprobe.core.free_benchmark.config
+    "grad_probe": ("grad_level", "param_list", "bounds"),   # msprobe.core.grad_probe.config
 }
 
 STEP_RANK_MAX = 1_000_000
@@ -86,6 +87,9 @@ class DumpConfig:
     api_capture: str = "full"           # full | reference
     source: str = ""          # the config file path, for messages
     free_benchmark: Any = None  # task free_benchmark: msprobe.core.free_benchmark.config.FreeBenchmarkConfig
+    grad_level: str = "L1"    # grad_probe: L0 | L1 | L2
+    param_list: tuple = ()    # grad_probe: parameter names; () = all
+    bounds: tuple = (-1, 0, 1)  # grad_probe: histogram bounds (L2)
 
     # data_mode (spec 2.2): "all" is everything; if neither forward nor backward is named both are
     # implied, and likewise for input/output.
@@ -345,6 +349,9 @@ def _check_section(where: _Where, task: str, section: dict, level: str, framewor
             raise MsprobeError(f'{where.source}: unknown key "{key}" in the "{task}" section'
                                f'{_did_you_mean(key, allowed)}; {hint}')
     out: dict = {}
+    if task == "grad_probe":
+        from msprobe.core.grad_probe.config import check_grad_probe_section
+        return check_grad_probe_section(section, where.fail)
     if "scope" in section:
         out["scope"] = _check_scope(where, section["scope"], level)
     if "list" in section:

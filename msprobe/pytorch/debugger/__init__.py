@@ -36,9 +36,13 @@ class PrecisionDebugger(DebuggerBase):
         if state in ("available", "no-device"):
             npu_module = _npu_module()
         cfg = prepared_config(cfg, seed_all)
-        from msprobe.pytorch.dump.service import Service
         self.config = cfg
-        self.service = Service(cfg, npu_module)
+        if cfg.task == "grad_probe":   # no dump service; monitor(model) attaches the probe
+            from msprobe.pytorch.grad_probe.grad_monitor import GradProbeService
+            self.service = GradProbeService(cfg)
+        else:
+            from msprobe.pytorch.dump.service import Service
+            self.service = Service(cfg, npu_module)
         self.model = model
         self.npu_state = state
 
@@ -51,6 +55,15 @@ class PrecisionDebugger(DebuggerBase):
     def _token_switches(self):
         from msprobe.pytorch.dump.hooks import RT
         return RT, ("on",)
+
+    @classmethod
+    def monitor(cls, model):
+        """task grad_probe: record the gradients of ``model``'s parameters at every optimizer step
+        (docs/grad_probe.md); with another task it does nothing."""
+        inst = cls._get()
+        if inst.config.task != "grad_probe":
+            return
+        inst.service.monitor(model)
 
     @classmethod
     def save(cls, variable, name, save_backward=True):

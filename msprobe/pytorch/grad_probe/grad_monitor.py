@@ -1,0 +1,235 @@
+"""grad_probe for PyTorch: ``PrecisionDebugger(config).monitor(model)`` with ``"task": "grad_probe"``.
+
+``monitor(model)`` remembers the model's parameter names and registers one process-wide optimizer-step
+pre-hook (``torch.optim.optimizer.register_optimizer_step_pre_hook``, as the reference does): every
+``optimizer.step()`` of the process advances the step counter (first step 0).  On a step that is not in
+``step`` the hook only counts.  On a recorded step, before the update, for every selected parameter it takes
+``param.main_grad`` if present, else ``param.grad``, and computes on the gradient's device: max, min, norm
+(float32 values), at L2 the bounds histogram and the zero count, at L1/L2 the direction ``grad > 0``.  The
+numbers of all parameters are stacked into one tensor and brought to the host at once (one transfer; the
+directions are concatenated into a second one when the gradients are not on the CPU); the files are written
+by a background thread (:mod:`msprobe.core.grad_probe.writer`).  A failure is logged once and training goes
+on unchanged: the hook never modifies a gradient or a parameter.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Dict, List
+
+import numpy as np
+
+from msprobe.core.crc import crc32_hex
+from msprobe.core.errors import MsprobeError
+from msprobe.core.grad_probe import stats
+from msprobe.core.grad_probe.writer import GradProbeWriter, StepRecord
+
+log = logging.getLogger("msprobe")
+
+
+def _rank() -> tuple:
+    """(rank, whether torch.distributed is initialised)."""
+    try:
+        import torch.distributed as dist
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), True
+    except Exception:  # noqa: BLE001
+        pass
+    return 0, False
+
+
+class GradientMonitor:
+    """The grad_probe recorder of one process (created by PrecisionDebugger for task grad_probe)."""
+
+    def __init__(self, cfg, threaded: bool = True):
+        self.level = cfg.grad_level
+        self.bounds = tuple(cfg.bounds)
+        self.param_list = tuple(cfg.param_list)
+        self.steps = frozenset(cfg.step)
+        self.ranks = tuple(cfg.rank)
+        self.dump_path = cfg.dump_path
+        self.threaded = threaded
+        self.step = -1
+        self._params: Dict[object, str] = {}     # parameter -> name (insertion order = CSV order)
+        self._handle = None
+        self._writer = None
+        self._none_logged = set()
+        self._bounds_cache = {}
+        self.rank = 0
+
+    # ------------------------------------------------------------------ attach
+    def monitor(self, model) -> None:
+        import torch
+        if not isinstance(model, torch.nn.Module):
+            raise MsprobeError(f"PrecisionDebugger.monitor(model): model must be a torch.nn.Module, got "
+                               f"{type(model).__name__} (MindSpore takes the optimizer: msprobe.mindspore)")
+        if isinstance(model, torch.jit.ScriptModule):
+            raise MsprobeError("PrecisionDebugger.monitor(model): a torch.jit traced/scripted model cannot be "
+                               "monitored; pass the original nn.Module")
+        named = list(model.named_parameters())
+        if self.param_list:
+            have = {n for n, _ in named}
+            missing = [n for n in self.param_list if n not in have]
+            if missing:
+                shown = ", ".join(n for n, _ in named[:12]) + (" ..." if len(named) > 12 else "")
+                raise MsprobeError(f'grad_probe "param_list" names {missing} are not parameters of this model; '
+                                   f"its parameters are: {shown or '(none)'}")
+        self.rank, distributed = _rank()
+        if self.rank == 0:
+            log.info("> parameter names:")
+        for name, param in named:
+            if self.rank == 0:
+                log.info("\t%s", name)
+            if not self.param_list or name in self.param_list:
+                self._params[param] = name
+        if distributed and self.ranks and self.rank not in self.ranks:
+            return
+        if self._handle is None:
+            from torch.optim.optimizer import register_optimizer_step_pre_hook
+            self._handle = register_optimizer_step_pre_hook(self._pre_step)
+        if self._writer is None:
+            self._writer = GradProbeWriter(self.dump_path, self.rank, self.level, self.bounds, threaded=self.threaded)
+
+    # ------------------------------------------------------------------ per optimizer step
+    def _pre_step(self, optimizer, args, kwargs):
+        self.step += 1
+        if self.steps and self.step not in self.steps:
+            return None
+        try:
+            log.info("grad_probe: optimizer step %d", self.step)
+            self._record(self.step)
+        except Exception as exc:  # noqa: BLE001 - a hook never stops training
+            try:
+                self._writer.errors.record(f"grad_probe step {self.step}", exc)
+            except Exception:  # noqa: BLE001
+                pass
+        return None
+
+    def _bounds_tensor(self, device):
+        import torch
+        t = self._bounds_cache.get(device)
+        if t is None:
+            # float32 like the reference (torch.Tensor(bounds)): a gradient equal to float32(bound) closes it
+            t = self._bounds_cache[device] = torch.tensor(self.bounds, dtype=torch.float32, device=device)
+        return t
+
+    def _record(self, step: int) -> None:
+        import torch
+        names: List[str] = []
+        grads = []
+        for param, name in self._params.items():
+            grad = getattr(param, "main_grad", None)
+            if grad is None:
+                grad = param.grad
+            if grad is None:
+                if name not in self._none_logged:
+                    self._none_logged.add(name)
+                    log.info("grad is None: %s", name)
+                continue
+            names.append(name)
+            grads.append(grad.detach())
+        if not names:
+            self._writer.submit(StepRecord(step, [], [], np.zeros((0, 3))))
+            return
+        shapes = [tuple(g.shape) for g in grads]
+        with torch.no_grad():
+            record = self._compute(step, names, shapes, grads)
+        self._writer.submit(record)
+
+    def _compute(self, step, names, shapes, grads) -> StepRecord:
+        import torch
+        floats = [g if g.dtype in (torch.float32, torch.float64) else g.float() for g in grads]
+        mx, mn = [], []
+        for g in floats:
+            if g.numel():
+                a, b = torch.aminmax(g)
+            else:
+                a = b = torch.full((), float("nan"), dtype=g.dtype, device=g.device)
+            mn.append(a)
+            mx.append(b)
+        try:
+            norms = torch._foreach_norm(floats)
+        except Exception:  # noqa: BLE001 - older torch / mixed devices
+            norms = [torch.linalg.vector_norm(g) for g in floats]
+        device = floats[0].device
+        same_device = all(g.device == device for g in floats)
+        to = (lambda t: t) if same_device else (lambda t: t.to(device))
+
+        def col(ts):   # float32 values (as the reference writes them), held in float64
+            return torch.stack([to(t).float() for t in ts]).double()
+
+        cols = [col(mx), col(mn), col(norms)]
+        numbers = torch.stack(cols, 1)
+        if stats.has_distribution(self.level):
+            extra = []
+            nb = len(self.bounds) + 1 if self.bounds else 0
+            for g in floats:
+                counts = []
+                if nb:
+                    bucket = torch.bucketize(g.reshape(-1), self._bounds_tensor(g.device))
+                    counts.append(torch.bincount(bucket, minlength=nb).double())
+                counts.append((g == 0).sum().double().reshape(1))
+                extra.append(to(torch.cat(counts)))
+            numbers = torch.cat([numbers, torch.stack(extra)], 1)
+        md5s = None
+        directions = None
+        if stats.has_md5(self.level):
+            host = self._to_host([g.float().reshape(-1) for g in floats])
+            md5s = [crc32_hex(memoryview(h)) for h in host]
+        if stats.has_direction(self.level):
+            dirs = [(g > 0).reshape(-1) for g in grads]
+            directions = [d.reshape(s) for d, s in zip(self._to_host(dirs), shapes)]
+        numbers_host = numbers.cpu().numpy()          # the one transfer of the numbers
+        return StepRecord(step, names, shapes, numbers_host, md5s, directions)
+
+    @staticmethod
+    def _to_host(flat_tensors) -> List[np.ndarray]:
+        """numpy arrays of 1-D tensors: views on the CPU; one concatenated transfer from a device."""
+        import torch
+        if all(t.device.type == "cpu" for t in flat_tensors):
+            return [t.contiguous().numpy() for t in flat_tensors]
+        host = torch.cat([t.to(flat_tensors[0].device) for t in flat_tensors]).cpu().numpy()
+        out, start = [], 0
+        for t in flat_tensors:
+            n = t.numel()
+            out.append(host[start:start + n])
+            start += n
+        return out
+
+    # ------------------------------------------------------------------ lifecycle
+    def wait(self) -> None:
+        if self._writer is not None:
+            self._writer.wait()
+
+    def end(self) -> None:
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+        if self._writer is not None:
+            self._writer.close()
+
+
+class GradProbeService:
+    """What PrecisionDebugger holds as ``service`` for task grad_probe: start/stop/step do nothing (the
+    reference creates no dump service for it); ``monitor(model)`` attaches the probe."""
+
+    def __init__(self, cfg):
+        self.config = cfg
+        self.monitor_ = GradientMonitor(cfg)
+
+    def monitor(self, model) -> None:
+        self.monitor_.monitor(model)
+
+    def start(self, model=None) -> None:
+        pass
+
+    def stop(self) -> None:
+        self.monitor_.wait()
+
+    def step(self) -> None:
+        pass
+
+    def set_init_step(self, step) -> None:
+        pass
+
+    def end(self) -> None:
+        self.monitor_.end()
