@@ -59,9 +59,12 @@ setup(
         "pytorch": ["torch==2.13.0"],
         # MindSpore 2.10.0 wheels need numpy<2 (see the frameworks spec).
         "mindspore": ["mindspore==2.10.0", "numpy<2"],
+        # grad_probe's comparator draws similarities_picture/*.png with it (skipped with a warning without it)
+        "plots": ["matplotlib"],
         # transformers: tests/real_models builds tiny models from configs (no download). torchvision is not listed:
         # its registry wheel is built for CUDA torch and does not load with the 2.13.0 CPU wheel.
-        "test": ["pytest", "hypothesis", "pandas", "openpyxl", "tensorboard", "tb-graph-ascend", "transformers>=4.46"],
+        "test": ["pytest", "hypothesis", "pandas", "openpyxl", "tensorboard", "tb-graph-ascend", "transformers>=4.46",
+                 "matplotlib"],
     },
     entry_points={
         "console_scripts": [
