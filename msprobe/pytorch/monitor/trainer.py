@@ -1,0 +1,560 @@
+"""TrainerMon: the training monitor for PyTorch (spec checks_and_monitors.md section 4).
+
+    from msprobe.pytorch import TrainerMon
+    monitor = TrainerMon("monitor_config.json", process_group=None, params_have_main_grad=False)
+    monitor.set_monitor(model, optimizer=optimizer, grad_acc_steps=1)
+    # then the usual loop: loss.backward(); optimizer.step(); optimizer.zero_grad()
+
+How it stays cheap:
+
+* The step is seen through ``optimizer.register_step_pre_hook`` / ``register_step_post_hook`` (this optimizer
+  instance only; the reference patches the class).  On a step outside ``step_interval`` (or before
+  ``start_step``, or after ``collect_times`` collections) the two hooks return after one flag check and no
+  module or gradient hook is installed at all: the forward, backward and update run as without the tool.
+  The module and gradient hooks are installed before a collected step and removed after it.
+* On a collected step every tensor is reduced on its own device to one small vector of statistics
+  (``stats.StatPlan``); the vectors of the whole step are stacked and moved to the host in one transfer
+  at the end of ``optimizer.step()``, then written (CSV / TensorBoard) and checked for anomalies (numpy).
+* An activation seen twice in one step (a module's output is the next module's input) is reduced once.
+
+A hook never raises into the training and never changes a tensor: a failure is logged once per cause
+(``dump_error_info.log`` in the rank folder, one console warning, as the dump does) and that step's
+records are dropped; training goes on.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import weakref
+
+import numpy as np
+import torch
+
+from msprobe.core.dump.errorlog import ErrorLog
+from msprobe.core.errors import MsprobeError
+from msprobe.core.monitor import names as N
+from msprobe.core.monitor.anomaly import YELLOW, RESET, AnomalyDetector
+from msprobe.core.monitor.config import check_output_dir, load_config
+from msprobe.core.monitor.writers import CsvWriter, TensorBoardWriter, write_anomalies
+from msprobe.pytorch.monitor.stats import StatPlan
+
+log = logging.getLogger("msprobe")
+
+MAX_ALERT_LINES = 20          # console lines per step; the rest are counted (all are in anomaly.json)
+_UNSUPPORTED = ("ur_distribution", "recording_l2_features", "stack_info", "print_struct", "dynamic_on")
+
+
+def _msg(text):
+    log.info(text)
+
+
+def _is_tensor(x):
+    return isinstance(x, torch.Tensor)
+
+
+def _tensors(obj):
+    """Tensors of a module's inputs/outputs, in order (tuples, lists and dict values, one level deep)."""
+    if _is_tensor(obj):
+        return [obj]
+    if isinstance(obj, (tuple, list)):
+        return [x for x in obj if _is_tensor(x)]
+    if isinstance(obj, dict):
+        return [x for x in obj.values() if _is_tensor(x)]
+    return []
+
+
+class _Step:
+    """What one collected step has gathered so far."""
+
+    __slots__ = ("index", "vecs", "meta", "cache")
+
+    def __init__(self):
+        self.index = {}    # tag -> row (a tag seen again in the step replaces its row, as the reference's dict)
+        self.vecs = []     # row -> statistics vector (device tensor) or None (NaN row)
+        self.meta = []     # row -> (prefix, tag, vpp, micro, call_id, shape, dtype)
+        self.cache = {}    # (data_ptr, shape, stride, dtype) -> (weakref, version, vector)
+
+
+class TrainerMon:
+    def __init__(self, config_file_path, process_group=None, params_have_main_grad=True, opt_ty=None):
+        if tuple(int(x) for x in torch.__version__.split(".")[:2] if x.isdigit()) < (2, 0):
+            raise ValueError("monitor require torch>=2.0")
+        self.config_file_path = config_file_path
+        self.config = load_config(config_file_path)
+        self.process_group = process_group
+        self.params_have_main_grad = bool(params_have_main_grad)
+        self.output_base = check_output_dir(os.environ.get("MONITOR_OUTPUT_DIR", "./monitor_output"))
+        if str(os.environ.get("DYNAMIC_MONITOR", "")).lower() == "true":
+            log.warning("msprobe monitor: DYNAMIC_MONITOR is set but dynamic mode is not supported by this "
+                        "version; the config is read once, at construction")
+        for key in _UNSUPPORTED:
+            if self.config.get(key):
+                log.warning("msprobe monitor: %s is not supported by this version and is ignored", key)
+        if self.config["cc_distribution"].get("enable"):
+            log.warning("msprobe monitor: cc_distribution is not supported by this version and is ignored")
+        if self.config["append_output"]:
+            log.warning("msprobe monitor: append_output is not supported by this version; a new rank folder "
+                        "is written")
+        _msg(f"current config: {self.config}")
+        cfg = self.config
+        self.ops = cfg["ops"]
+        self.plan = StatPlan(self.ops, cfg["eps"])
+        self.numeric_ops = self.plan.ops
+        self.start_step = cfg["start_step"]
+        self.step_interval = cfg["step_interval"]
+        self.collect_times = cfg["collect_times"]
+        self.format = cfg["format"]
+        self.detector = AnomalyDetector(cfg["alert"]["rules"], tuple(self.numeric_ops))
+        self.rank = torch.distributed.get_rank() if self._dist() else 0
+        self.module_ranks = cfg["module_ranks"]
+        self.enabled = not self.module_ranks or self.rank in self.module_ranks
+        self.group_mates = [self.rank]
+        self.pp_stage = 0
+        if self._dist():
+            try:
+                group = process_group or torch.distributed.group.WORLD
+                self.group_mates = torch.distributed.get_process_group_ranks(group)
+                self.pp_stage = torch.distributed.get_rank(group)
+            except Exception:   # noqa: BLE001 - an odd group: keep the defaults
+                pass
+        self.rank_dir = None
+        self.errlog = ErrorLog(self.output_base)
+        self.writer = None
+        self.anomaly_path = None
+        self.anomalies = {}
+        self.step = 0
+        self.collected = 0
+        self.model = None
+        self.optimizer = None
+        self._on = False          # the current step is collected
+        self._installed = False
+        self._handles = []        # module / parameter hooks of a collected step
+        self._opt_handles = []
+        self._cur = _Step()
+        self._last = {}           # api format: the last written step's metrics
+        self._failed = False
+        self.param2name = {}
+        self.name2param = {}
+        self.duplicate = set()
+        self.modules = []         # (module, name, vpp)
+        self.grad_acc_steps = 1
+
+    # ------------------------------------------------------------------------------------------ setup
+    @staticmethod
+    def _dist():
+        return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+    def set_monitor(self, model, optimizer=None, grad_acc_steps=1, tp_group=None, dp_group=None,
+                    start_iteration=0):
+        """Attach to ``model`` (a module or a list of model chunks) and ``optimizer``."""
+        if not isinstance(grad_acc_steps, int) or isinstance(grad_acc_steps, bool) or grad_acc_steps < 1:
+            log.warning("msprobe monitor: grad_acc_steps %r is not a positive integer; 1 is used", grad_acc_steps)
+            grad_acc_steps = 1
+        self.grad_acc_steps = grad_acc_steps
+        _msg(f"grad acc steps {grad_acc_steps}")
+        chunks = list(model) if isinstance(model, (list, tuple)) else [model]
+        if not chunks or not all(isinstance(c, torch.nn.Module) for c in chunks):
+            raise MsprobeError("TrainerMon.set_monitor: model must be a torch.nn.Module or a list of them")
+        if optimizer is None or not hasattr(optimizer, "register_step_post_hook"):
+            raise MsprobeError("TrainerMon.set_monitor: optimizer must be a torch.optim.Optimizer (the monitor "
+                               "counts steps with its step hooks)")
+        self.model, self.optimizer = chunks, optimizer
+        self.step = int(start_iteration)
+        self._select(chunks, tp_group, dp_group)
+        if not self.enabled:
+            _msg(f"msprobe monitor: rank {self.rank} is not in module_ranks {self.module_ranks}; not monitored")
+            return
+        _msg(f"The optimizer type is {type(optimizer).__name__}")
+        self._open_outputs()
+        self._opt_handles = [optimizer.register_step_pre_hook(self._pre_step),
+                             optimizer.register_step_post_hook(self._post_step)]
+        self._on = self._collecting(self.step)
+        if self._on:
+            self._install()
+        _msg(f"> {len(self.modules)} modules are monitored.")
+
+    # the reference's legacy entry points
+    def set_wrapped_optimizer(self, optimizer):
+        self.optimizer = optimizer
+
+    def monitor_gnorm_with_ad(self, model, optimizer=None, grad_acc_steps=1, tp_group=None, dp_group=None,
+                              start_iteration=0):
+        return self.set_monitor(model, optimizer or self.optimizer, grad_acc_steps, tp_group, dp_group,
+                                start_iteration)
+
+    def _select(self, chunks, tp_group, dp_group):
+        cfg = self.config
+        targets = list(cfg["targets"])
+        squash = cfg["squash_name"]
+        dp_dup = False
+        if dp_group is not None and self._dist():
+            try:
+                dp_dup = torch.distributed.get_rank(dp_group) != 0
+            except Exception:   # noqa: BLE001
+                dp_dup = False
+        tp_rank = 0
+        if tp_group is not None and self._dist():
+            try:
+                tp_rank = torch.distributed.get_rank(tp_group)
+            except Exception:   # noqa: BLE001
+                tp_rank = 0
+        all_modules, all_params = [], []
+        matched = set()
+        for v, chunk in enumerate(chunks):
+            pre = f"{v}:"
+            for pname, p in chunk.named_parameters():
+                if not p.requires_grad:
+                    continue
+                sq = squash_name = N.squash_name(pname, squash)
+                all_params.append(pname)
+                hits = [t for t in targets if pname.startswith(t) or (pre + sq).startswith(t) or
+                        (pre + pname).startswith(t) or sq.startswith(t)]
+                if not hits:
+                    continue
+                matched.update(hits)
+                name = pre + squash_name
+                if name in self.name2param:
+                    name = pre + pname
+                self.param2name[p] = name
+                self.name2param[name] = p
+                if dp_dup or (tp_rank != 0 and not getattr(p, "tensor_model_parallel", False)):
+                    self.duplicate.add(name)
+            if cfg["xy_distribution"]:
+                for mname, mod in chunk.named_modules():
+                    sq = N.squash_name(mname, squash)
+                    all_modules.append(mname)
+                    hits = [t for t in targets if t in (mname, sq, pre + mname, pre + sq)]
+                    if cfg["all_xy"] or hits:
+                        matched.update(hits)
+                        self.modules.append((mod, pre + sq, v))
+            else:
+                all_modules += [m for m, _ in chunk.named_modules()]
+        matched.add("")
+        missing = [t for t in targets if t not in matched]
+        if missing:
+            t = missing[0]
+            bare = t.split(":", 1)[1] if ":" in t and t.split(":", 1)[0].isdigit() else t
+            close = N.close_names(bare, [m for m in all_modules if m] + all_params)
+            hint = f"; close names: {', '.join(close)}" if close else ""
+            some = ", ".join([m for m in all_modules if m][:8])
+            raise MsprobeError(f"monitor config {self.config_file_path}: targets key {t!r} is neither a module nor a "
+                               f"parameter (prefix) of the model{hint} (modules: {some}, ...)")
+
+    def _open_outputs(self):
+        self.rank_dir = os.path.join(self.output_base, N.rank_dir_name(self.rank))
+        try:
+            os.makedirs(self.rank_dir, mode=0o750, exist_ok=False)
+        except OSError as exc:
+            raise MsprobeError(f"MONITOR_OUTPUT_DIR {self.output_base}: cannot create the rank folder "
+                               f"({exc.strerror})") from None
+        self.errlog = ErrorLog(self.rank_dir)
+        cfg = self.config
+        if self.format == "csv":
+            self.writer = CsvWriter(self.rank_dir, self.ops, cfg["ndigits"], cfg["step_count_per_record"])
+        elif self.format == "tensorboard":
+            self.writer = TensorBoardWriter(self.rank_dir, self.ops)
+            atexit.register(self._close_writer)
+        if cfg["alert"]["dump"]:
+            adir = os.path.join(self.output_base, "anomaly_detected", f"rank{self.rank}")
+            self.anomaly_path = os.path.join(adir, "anomaly.json")
+            write_anomalies(self.anomaly_path, {})
+
+    def _close_writer(self):
+        try:
+            if self.writer is not None:
+                self.writer.close()
+        except Exception:   # noqa: BLE001
+            pass
+
+    # ------------------------------------------------------------------------------------------ stepping
+    def _collecting(self, step):
+        return (self.enabled and self.collected < self.collect_times and step >= self.start_step
+                and (step - self.start_step) % self.step_interval == 0)
+
+    def _install(self):
+        if self._installed:
+            return
+        cfg = self.config
+        try:
+            if cfg["xy_distribution"]:
+                fwd = not cfg["backward_only"]
+                bwd = not cfg["forward_only"]
+                if cfg["forward_only"] and cfg["backward_only"]:
+                    fwd = bwd = False
+                for mod, name, vpp in self.modules:
+                    ctx = {"name": name, "vpp": vpp, "fwd": 0, "bwd": 0}
+                    if fwd:
+                        self._handles.append(mod.register_forward_hook(self._fwd_hook(ctx), with_kwargs=True))
+                    if bwd:
+                        if getattr(mod, "_backward_hooks", None) and not getattr(mod, "_is_full_backward_hook", True):
+                            log.warning("msprobe monitor: %s uses register_backward_hook; its gradients are "
+                                        "not monitored", name)
+                            continue
+                        self._handles.append(mod.register_full_backward_hook(self._bwd_hook(ctx)))
+            if cfg["wg_distribution"]:
+                counts = {}
+                for p, name in self.param2name.items():
+                    if name in self.duplicate:
+                        continue
+                    self._handles.append(p.register_post_accumulate_grad_hook(self._acc_hook(name, counts)))
+        except Exception as exc:   # noqa: BLE001
+            self._fail("monitor.install", exc)
+        self._installed = True
+
+    def _uninstall(self):
+        for h in self._handles:
+            try:
+                h.remove()
+            except Exception:   # noqa: BLE001
+                pass
+        self._handles = []
+        self._installed = False
+
+    def _fail(self, where, exc):
+        self._failed = True
+        self.errlog.record(where, exc)
+
+    def _pre_step(self, optimizer, args, kwargs):
+        if not self._on:
+            return
+        try:
+            self._optimizer_side(before=True)
+        except Exception as exc:   # noqa: BLE001
+            self._fail("monitor.optimizer_pre_step", exc)
+
+    def _post_step(self, optimizer, args, kwargs):
+        if self._on:
+            try:
+                if self.config["param_distribution"]:
+                    self._optimizer_side(before=False)
+                self._finish_step()
+            except Exception as exc:   # noqa: BLE001
+                self._fail("monitor.step_end", exc)
+            self._cur = _Step()
+            self.collected += 1
+            if self.collected >= self.collect_times:
+                _msg("Finish monitor")
+        self.step += 1
+        nxt = self._collecting(self.step)
+        if nxt and not self._installed:
+            self._install()
+        elif not nxt and self._installed:
+            self._uninstall()
+        self._on = nxt
+
+    # ------------------------------------------------------------------------------------------ records
+    def _add(self, prefix, tag, vpp, micro, call_id, t):
+        cur = self._cur
+        if _is_tensor(t):
+            key = (t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, t.device)
+            hit = cur.cache.get(key)
+            if hit is not None and hit[0]() is not None and hit[1] == t._version:
+                vec = hit[2]
+            else:
+                vec = self.plan(t)
+                if prefix in ("actv", "actv_grad"):
+                    cur.cache[key] = (weakref.ref(t), t._version, vec)
+            meta = (prefix, tag, vpp, micro, call_id, list(t.shape), str(t.dtype))
+        else:
+            vec, meta = None, (prefix, tag, vpp, micro, call_id, None, None)
+        row = cur.index.get(tag)
+        if row is None:
+            cur.index[tag] = len(cur.vecs)
+            cur.vecs.append(vec)
+            cur.meta.append(meta)
+        else:
+            cur.vecs[row] = vec
+            cur.meta[row] = meta
+
+    def _io(self, prefix, kind, ctx, role, tensors, micro):
+        many = len(tensors) > 1
+        for i, t in enumerate(tensors):
+            r = f"{role}_{i}" if many else role
+            self._add(prefix, N.tag(f"{ctx['name']}.{r}:{micro}", self.rank, kind), ctx["vpp"], micro,
+                      len(self._cur.vecs), t)
+
+    def _fwd_hook(self, ctx):
+        def hook(module, args, kwargs, output):
+            if not self._on or not module.training:
+                return None
+            try:
+                micro = ctx["fwd"] % self.grad_acc_steps
+                ctx["fwd"] += 1
+                ins = _tensors(args) + _tensors(kwargs)
+                self._io("actv", "actv", ctx, "input", ins, micro)
+                self._io("actv", "actv", ctx, "output", _tensors(output), micro)
+            except Exception as exc:   # noqa: BLE001
+                self._fail(f"monitor.forward.{ctx['name']}", exc)
+            return None
+        return hook
+
+    def _bwd_hook(self, ctx):
+        def hook(module, grad_input, grad_output):
+            if not self._on:
+                return None
+            try:
+                micro = ctx["bwd"] % self.grad_acc_steps
+                ctx["bwd"] += 1
+                gi = list(grad_input) if isinstance(grad_input, (tuple, list)) else [grad_input]
+                go = list(grad_output) if isinstance(grad_output, (tuple, list)) else [grad_output]
+                self._io("actv_grad", "actv_grad", ctx, "input", gi or [None], micro)
+                self._io("actv_grad", "actv_grad", ctx, "output", go or [None], micro)
+            except Exception as exc:   # noqa: BLE001
+                self._fail(f"monitor.backward.{ctx['name']}", exc)
+            return None
+        return hook
+
+    def _grad_of(self, p):
+        if self.params_have_main_grad:
+            g = getattr(p, "main_grad", None)
+            return g if g is not None else p.grad
+        return p.grad
+
+    def _acc_hook(self, name, counts):
+        def hook(p):
+            if not self._on:
+                return
+            try:
+                c = counts.get(name, 0) + 1
+                counts[name] = c
+                if c % self.grad_acc_steps == 0:       # the last micro step: the accumulated gradient
+                    g = self._grad_of(p)
+                    self._add("grad_unreduced", N.tag(name, self.rank, "acc_grad"), _vpp(name), 0,
+                              len(self._cur.vecs), g)
+            except Exception as exc:   # noqa: BLE001
+                self._fail(f"monitor.acc_grad.{name}", exc)
+        return hook
+
+    def _optimizer_side(self, before):
+        cfg = self.config
+        opt = self.optimizer
+        if not before:
+            for name, p in self.name2param.items():
+                if p.numel():
+                    self._add("param_updated", N.tag(name, self.rank, "param_updated"), _vpp(name), 0, -1, p)
+            return
+        state_missing = False
+        for name, p in self.name2param.items():
+            vpp = _vpp(name)
+            if cfg["wg_distribution"] and name not in self.duplicate:
+                g = self._grad_of(p)
+                if g is None:
+                    log.warning("grad is None: %s, maybe something wrong happened.", name)
+                self._add("grad_reduced", N.tag(name, self.rank, "post_grad"), vpp, 0, -1, g)
+            if cfg["param_distribution"] and p.numel():
+                self._add("param_origin", N.tag(name, self.rank, "param_origin"), vpp, 0, -1, p)
+            if cfg["mv_distribution"] or cfg["mg_direction"]:
+                st = opt.state.get(p) if hasattr(opt, "state") else None
+                m = st.get("exp_avg") if st else None
+                if cfg["mv_distribution"]:
+                    v = st.get("exp_avg_sq") if st else None
+                    if m is None or v is None:
+                        state_missing = True
+                    else:
+                        self._add("exp_avg", N.tag(name, self.rank, "exp_avg"), vpp, 0, -1, m)
+                        self._add("exp_avg_sq", N.tag(name, self.rank, "exp_avg_sq"), vpp, 0, -1, v)
+                if cfg["mg_direction"]:
+                    g = self._grad_of(p)
+                    if g is not None:
+                        with torch.no_grad():
+                            if m is None or self.step == 0:
+                                d = torch.ones((), dtype=torch.float32, device=g.device)
+                            else:
+                                d = ((torch.sign(g) * torch.sign(m)).sum(dtype=torch.float32) / g.numel() + 1) / 2
+                        self._add("other", N.tag(name, self.rank, "mg_direction"), vpp, 0, -1, d)
+        if state_missing:
+            log.warning("optimizer state can not accessed")
+
+    # ------------------------------------------------------------------------------------------ step end
+    def _gather(self):
+        """One host transfer: (meta rows, float64 matrix rows x numeric ops)."""
+        cur = self._cur
+        k = len(self.numeric_ops)
+        vals = np.full((len(cur.vecs), k), np.nan)
+        have = [i for i, v in enumerate(cur.vecs) if v is not None]
+        if have:
+            vecs = [cur.vecs[i] for i in have]
+            devs = {v.device for v in vecs}
+            if len(devs) == 1:
+                host = torch.stack(vecs).to(torch.float64).cpu().numpy()
+            else:
+                host = torch.stack([v.to("cpu", torch.float64) for v in vecs]).numpy()
+            vals[have] = host
+        return cur.meta, vals
+
+    def _finish_step(self):
+        meta, vals = self._gather()
+        if not meta:
+            return
+        step = self.step
+        prefixes = np.array([m[0] for m in meta])
+        tags = [m[1] for m in meta]
+        self._last = {"meta": meta, "vals": vals}
+        if self.writer is not None:
+            for prefix in dict.fromkeys(prefixes.tolist()):
+                rows = np.nonzero(prefixes == prefix)[0].tolist()
+                self.writer.write(prefix, step, [tags[r] for r in rows], vals[rows],
+                                  [meta[r][5] for r in rows], [meta[r][6] for r in rows],
+                                  vpp=[meta[r][2] for r in rows], micro=[meta[r][3] for r in rows])
+            if self.format == "tensorboard":
+                self.writer.flush()
+        if self.detector.enabled:
+            found = self.detector.check(tags, vals, step, call_ids=[m[4] for m in meta])
+            self._report(found)
+
+    def _report(self, found):
+        if not found:
+            return
+        for a in found[:MAX_ALERT_LINES]:
+            log.warning("%s%s%s", YELLOW, a.console(), RESET)
+        if len(found) > MAX_ALERT_LINES:
+            log.warning("%s> ... and %d more anomalies at step %d%s%s", YELLOW, len(found) - MAX_ALERT_LINES,
+                        found[0].step, f" (all in {self.anomaly_path})" if self.anomaly_path else "", RESET)
+        if self.anomaly_path:
+            for a in found:
+                key, rec = a.record(self.rank, self.pp_stage, self.group_mates)
+                self.anomalies[key] = rec
+            write_anomalies(self.anomaly_path, self.anomalies)
+            _msg(f"anomaly.json is at {os.path.dirname(self.anomaly_path)}.")
+
+    # ------------------------------------------------------------------------------------------ api format
+    def _metrics(self, prefixes):
+        """{tag: {op: value}} of the current step's records with a prefix in ``prefixes`` (one transfer)."""
+        if self._cur.vecs:
+            meta, vals = self._gather()
+        else:
+            meta, vals = self._last.get("meta", []), self._last.get("vals", np.zeros((0, 0)))
+        out = {}
+        for (prefix, tag, *_rest), row in zip(meta, vals):
+            if prefix in prefixes:
+                d = dict(zip(self.numeric_ops, row.tolist()))
+                d["shape"], d["dtype"] = _rest[3], _rest[4]
+                out[tag] = d
+        return out
+
+    def generate_xy_metrics(self):
+        """(actv, actv_grad) of the current (or last collected) step: {tag: {op: value}}."""
+        return self._metrics(("actv",)), self._metrics(("actv_grad",))
+
+    def generate_wgrad_metrics(self, post_grad_dict=None):
+        """(reduced, unreduced) weight-gradient statistics: {tag: {op: value}}."""
+        return self._metrics(("grad_reduced",)), self._metrics(("grad_unreduced",))
+
+    def generate_mv_metrics(self):
+        return self._metrics(("exp_avg",)), self._metrics(("exp_avg_sq",))
+
+    def remove(self):
+        """Remove every hook (the model and optimizer are left as they were)."""
+        self._uninstall()
+        for h in self._opt_handles:
+            h.remove()
+        self._opt_handles = []
+        self._on = False
+        self._close_writer()
+
+
+def _vpp(name):
+    head = name.split(":", 1)[0]
+    return int(head) if head.isdigit() else 0
