@@ -6,6 +6,9 @@ __all__ = ["PrecisionDebugger", "seed_all", "module_dump", "module_dump_end"]
 
 
 def __getattr__(name):
+    if name == "TrainerMon":
+        from msprobe.pytorch.monitor.trainer import TrainerMon
+        return TrainerMon
     if name in __all__:
         from msprobe.pytorch import debugger
         return getattr(debugger, name)
