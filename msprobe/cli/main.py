@@ -35,6 +35,7 @@ COMMANDS = {
     "code_mapping": ("msprobe.cli.code_mapping", "link MindSpore static-graph dump files to IR nodes, scopes and source lines (.csv)"),
     "nan_analyze": ("msprobe.cli.nan_analyze", "find the rank and op that made the first NaN/inf of a multi-rank step"),
     "overflow_check": ("msprobe.cli.nan_analyze", "the reference's 26.x name of 'nan_analyze'"),
+    "config_check": ("msprobe.cli.config_check", "pack an environment's configuration (-d) or compare two packs (-c)"),
     "csv2tensorboard": ("msprobe.cli.csv2tensorboard", "convert the training monitor's CSV output to TensorBoard event files"),
     "grad_compare": ("msprobe.cli.grad_compare", "compare two grad_probe dumps' gradient directions per step and parameter"),
     "parse": ("msprobe.cli.parse", "inspect dumped arrays: the 'Parse >>>' shell (pt, cn, pk, dc) or one command"),
