@@ -42,6 +42,8 @@ class PrecisionDebugger(DebuggerBase):
             self.service = GradProbeService(cfg)
         else:
             from msprobe.pytorch.dump.service import Service
+            if cfg.task == "free_benchmark":
+                from msprobe.pytorch.free_benchmark.service import FreeBenchmarkService as Service
             self.service = Service(cfg, npu_module)
         self.model = model
         self.npu_state = state

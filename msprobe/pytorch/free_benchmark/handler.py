@@ -1,0 +1,287 @@
+"""The free_benchmark handler of wrapped API calls (installed as ``Hooks.api_handler``).
+
+For every selected call: the API runs as usual; then, under ``torch.no_grad`` and on copies, it runs again with
+perturbed inputs, with the random state the first run started from (and the state after the first run restored
+afterwards), so the training's values, gradients, autograd graph and random stream are those of a run without the
+tool.  ``check`` compares the two outputs and keeps a CSV row per inconsistent output; ``fix`` writes the re-run's
+output (upcast or on CPU, cast back) into the original output tensor.  The backward stage re-computes the input
+gradients of the call twice (original and perturbed inputs) when the gradient of its output arrives.
+"""
+import logging
+
+import torch
+
+from msprobe.core.free_benchmark import rules
+from msprobe.core.free_benchmark.preheat import Preheat
+from msprobe.core.free_benchmark.results import Results, Row
+from msprobe.pytorch.dump.hooks import TLS, _write_kind, guarded
+from msprobe.pytorch.free_benchmark import compare, perturb
+from msprobe.pytorch.free_benchmark.perturb import Skip
+
+log = logging.getLogger("msprobe")
+
+# never re-run: no output to compare, or re-running means nothing
+_NEVER = {"__setitem__", "backward", "set_", "zero_", "copy_", "detach_", "requires_grad_", "retain_grad",
+          "record_stream", "uniform_", "normal_", "bernoulli_", "random_", "exponential_", "geometric_",
+          "cauchy_", "log_normal_", "fill_", "manual_seed", "seed"}
+
+
+def _device_of(args, kwargs):
+    for t in perturb.tensors((args, kwargs)):
+        return t.device
+    return torch.device("cpu")
+
+
+def _autocast_state(device_type):
+    try:
+        return torch.is_autocast_enabled(device_type), torch.get_autocast_dtype(device_type)
+    except (TypeError, RuntimeError, AttributeError):
+        return False, None
+
+
+class _Rng:
+    """The CPU (and the call's accelerator) random state: taken before the call, replayed for the re-run."""
+
+    __slots__ = ("device", "cpu", "dev")
+
+    def __init__(self, device):
+        self.device = device
+        self.cpu = torch.get_rng_state()
+        self.dev = None
+        if device.type == "cuda":
+            self.dev = torch.cuda.get_rng_state(device)
+
+    def replay(self, fn):
+        after_cpu = torch.get_rng_state()
+        after_dev = torch.cuda.get_rng_state(self.device) if self.dev is not None else None
+        torch.set_rng_state(self.cpu)
+        if self.dev is not None:
+            torch.cuda.set_rng_state(self.dev, self.device)
+        try:
+            return fn()
+        finally:
+            torch.set_rng_state(after_cpu)
+            if after_dev is not None:
+                torch.cuda.set_rng_state(after_dev, self.device)
+
+
+class FreeBenchmark:
+    def __init__(self, service):
+        self.svc = service
+        self.cfg = service.cfg.free_benchmark
+        self.errors = service.errors
+        self.mode = self.cfg.pert_mode
+        self.counts = {}
+        self.results = Results()
+        self.preheat = Preheat(self.cfg.preheat_step, self.cfg.max_sample) if self.cfg.if_preheat else None
+        self.generation = 0
+        self.skipped = {}           # api -> reason (logged once)
+        self.step = 0
+        self.rank = 0
+
+    # ------------------------------------------------------------------ per step
+    def begin_step(self, step_dir, step, rank):
+        self.step = step
+        self.rank = rank if rank is not None else 0
+        if self.results.step_dir != step_dir:
+            self.results.new_step(step_dir)
+            if self.preheat is not None:
+                self.preheat.new_step()
+
+    def end_step(self):
+        self.counts.clear()
+        self.generation += 1
+
+    # ------------------------------------------------------------------ the wrapped call
+    def __call__(self, name, func, args, kwargs, distributed):
+        n = self.counts.get(name, 0)
+        self.counts[name] = n + 1
+        TLS.depth += 1
+        try:
+            cfg = self.cfg
+            if distributed or name.rsplit(".", 1)[-1] in _NEVER:
+                return func(*args, **kwargs)
+            stage_name = f"{name}.{n}.{cfg.fuzz_stage}"
+            if not cfg.selects(stage_name):
+                return func(*args, **kwargs)
+            prep = guarded(self.errors, stage_name, self._prepare, name, args, kwargs)
+            out = func(*args, **kwargs)
+            if prep is not None:
+                guarded(self.errors, stage_name, self._after, prep, name, n, func, args, kwargs, out)
+            return out
+        finally:
+            TLS.depth -= 1
+
+    def _prepare(self, name, args, kwargs):
+        """Before the call: what the re-run needs that the call may change (random state, an in-place target)."""
+        plan = (True, False)
+        if self.preheat is not None:
+            plan = self.preheat.plan(name)
+            if not plan[0]:
+                return None
+        device = _device_of(args, kwargs)
+        inplace = _write_kind(name, False) == 1 or kwargs.get("inplace") is True
+        first = None
+        if inplace and args:
+            first = perturb.map_tensors(args[0], lambda t: t.detach().clone())
+        return plan, device, _autocast_state(device.type), _Rng(device), inplace, first
+
+    def _rerun_inputs(self, prep, args, kwargs):
+        _plan, _device, _ac, _rng, inplace, first = prep
+        if inplace and args:
+            args = (first,) + tuple(args[1:])
+        if "out" in kwargs or "inplace" in kwargs:
+            kwargs = {k: v for k, v in kwargs.items() if k != "out"}
+            if "inplace" in kwargs:
+                kwargs["inplace"] = False
+        return args, kwargs
+
+    def _skip(self, name, reason):
+        if name not in self.skipped:
+            self.skipped[name] = reason
+            log.debug("[msprobe] Free benchmark: %s: %s; perturbation cancelled", name, reason)
+
+    def _run(self, prep, mode, func, args, kwargs, upcast_kwargs=True):
+        """The perturbed re-run (no autograd, replayed random state); None when the mode does not apply."""
+        _plan, device, (ac_on, _ac_dtype), rng, _inplace, _first = prep
+        if mode == "improve_precision" and not perturb.has_low(args, kwargs) and not ac_on:
+            return None       # nothing runs in low precision: nothing to raise
+        pargs, pkwargs = perturb.perturb(mode, args, kwargs, upcast_kwargs)
+
+        def run():
+            if mode in ("improve_precision", "to_cpu"):
+                dev = "cpu" if mode == "to_cpu" else device.type
+                with torch.autocast(device_type=dev, enabled=False):
+                    return func(*pargs, **pkwargs)
+            return func(*pargs, **pkwargs)
+
+        with torch.no_grad():
+            return rng.replay(run)
+
+    def _after(self, prep, name, n, func, args, kwargs, out):
+        if not any(compare.comparable(t, t) for t in perturb.tensors(out)):
+            return
+        rargs, rkwargs = self._rerun_inputs(prep, args, kwargs)
+        if self.cfg.backward:
+            self._arm_backward(prep, name, n, func, rargs, rkwargs, out)
+            return
+        fwd = f"{name}.{n}.forward"
+        try:
+            pout = self._run(prep, self.mode, func, rargs, rkwargs)
+        except Skip as why:
+            self._skip(name, str(why))
+            return
+        if pout is None:
+            return
+        if self.cfg.fix:
+            self._fix(out, pout)
+            return
+        plan = prep[0]
+        sample = plan[1]
+        for idx, o, p in compare.output_pairs(out, pout):
+            if not compare.comparable(o, p):
+                continue
+            if self.mode == "to_cpu":
+                if not compare.single_benchmark(o, p):
+                    self._row(fwd, "forward", None, o, idx)
+                continue
+            ratio = compare.ratio(o, p, rules.abs_tol(p.dtype))
+            thr = self.preheat.threshold(name, o.dtype) if self.preheat is not None else \
+                rules.threshold(o.dtype, self.mode)
+            if not rules.is_consistent(ratio, thr):
+                self._row(fwd, "forward", rules.max_rel(ratio), o, idx)
+            if sample:
+                golden = self._run(prep, "to_cpu", func, rargs, rkwargs)
+                cpu_ok = True
+                for gidx, go, gp in compare.output_pairs(out, golden):
+                    if gidx == idx and compare.comparable(go, gp):
+                        cpu_ok = compare.single_benchmark(go, gp)
+                self.preheat.record(name, o.dtype, ratio, cpu_ok)
+        if sample:
+            self.preheat.sample_done(name)
+
+    def _row(self, api_name, stage, rel, t, idx):
+        self.results.add(Row(self.rank, self.mode, stage, self.step, api_name, rel, str(t.dtype), str(t.shape), idx))
+
+    @staticmethod
+    def _fix(out, pout):
+        with torch.no_grad():
+            for _idx, o, p in compare.output_pairs(out, pout):
+                if compare.comparable(o, p) and o.shape == p.shape:
+                    o.data.copy_(p.to(device=o.device, dtype=o.dtype))
+
+    # ------------------------------------------------------------------ backward stage
+    def _arm_backward(self, prep, name, n, func, args, kwargs, out):
+        if not torch.is_grad_enabled():
+            return
+        outs = [t for t in perturb.tensors(out) if t.is_floating_point()]
+        k = next((i for i, t in enumerate(outs) if t.requires_grad and t.grad_fn is not None), None)
+        if k is None:
+            return
+        # detached aliases: no autograd graph is kept alive, and their _version follows the real tensors'
+        dargs = perturb.map_tensors(args, lambda t: t.detach())
+        dkwargs = perturb.map_tensors(kwargs, lambda t: t.detach())
+        wants = [t.requires_grad and t.is_floating_point() for t in perturb.tensors(args)]
+        versions = [t._version for t in perturb.tensors(dargs)]
+        if not any(wants):
+            return
+        gen = self.generation
+        bname = f"{name}.{n}.backward"
+        step = self.step
+        errors = self.errors
+
+        def hook(grad):
+            if self.generation == gen and not TLS.depth:
+                guarded(errors, bname, self._backward_check, prep, bname, func, dargs, dkwargs, wants, versions,
+                        k, grad, step)
+            return None
+
+        outs[k].register_hook(hook)
+
+    def _backward_check(self, prep, bname, func, args, kwargs, wants, versions, k, grad, step):
+        if [t._version for t in perturb.tensors(args)] != versions:
+            self._skip(bname, "an input was changed in place before the backward")
+            return
+        _plan, device, (ac_on, ac_dtype), rng, _inplace, _first = prep
+
+        def grads(a, kw, g, autocast_on):
+            leaves = []
+            it = iter(wants)
+
+            def leaf(t):
+                if next(it, False):
+                    t = t.detach().requires_grad_(True)
+                    leaves.append(t)
+                return t
+            a = perturb.map_tensors(a, leaf)
+            with torch.enable_grad(), torch.autocast(device_type=device.type, dtype=ac_dtype or torch.bfloat16,
+                                                     enabled=autocast_on):
+                o = func(*a, **kw)
+                t = [x for x in perturb.tensors(o) if x.is_floating_point()][k]
+                return torch.autograd.grad(t, leaves, g.to(t.dtype), allow_unused=True)
+
+        def both():
+            original = grads(args, kwargs, grad, ac_on)
+            mode = self.mode
+            if mode == "improve_precision" and not perturb.has_low(args, {}) and not ac_on:
+                return original, None
+            with torch.no_grad():
+                pargs, pkw = perturb.perturb(mode, args, kwargs, upcast_kwargs=False)
+            g = grad.float() if mode == "improve_precision" and grad.dtype in perturb.LOW else grad
+            return original, grads(pargs, pkw, g, ac_on and mode not in ("improve_precision", "to_cpu"))
+
+        try:
+            original, perturbed = rng.replay(both)
+        except Skip as why:
+            self._skip(bname, str(why))
+            return
+        if perturbed is None:
+            return
+        many = len(original) > 1
+        for j, (go, gp) in enumerate(zip(original, perturbed)):
+            if go is None or gp is None or not compare.comparable(go, gp):
+                continue
+            ratio = compare.ratio(go, gp, rules.BACKWARD_ABS_TOL)
+            if not rules.is_consistent(ratio, rules.threshold(go.dtype, self.mode)):
+                self.results.add(Row(self.rank, self.mode, "backward", step, bname, rules.max_rel(ratio),
+                                     str(go.dtype), str(go.shape), j if many else None))
