@@ -136,64 +136,11 @@ class GradientMonitor:
         self._writer.submit(record)
 
     def _compute(self, step, names, shapes, grads) -> StepRecord:
-        import torch
-        floats = [g if g.dtype in (torch.float32, torch.float64) else g.float() for g in grads]
-        mx, mn = [], []
-        for g in floats:
-            if g.numel():
-                a, b = torch.aminmax(g)
-            else:
-                a = b = torch.full((), float("nan"), dtype=g.dtype, device=g.device)
-            mn.append(a)
-            mx.append(b)
-        try:
-            norms = torch._foreach_norm(floats)
-        except Exception:  # noqa: BLE001 - older torch / mixed devices
-            norms = [torch.linalg.vector_norm(g) for g in floats]
-        device = floats[0].device
-        same_device = all(g.device == device for g in floats)
-        to = (lambda t: t) if same_device else (lambda t: t.to(device))
-
-        def col(ts):   # float32 values (as the reference writes them), held in float64
-            return torch.stack([to(t).float() for t in ts]).double()
-
-        cols = [col(mx), col(mn), col(norms)]
-        numbers = torch.stack(cols, 1)
-        if stats.has_distribution(self.level):
-            extra = []
-            nb = len(self.bounds) + 1 if self.bounds else 0
-            for g in floats:
-                counts = []
-                if nb:
-                    bucket = torch.bucketize(g.reshape(-1), self._bounds_tensor(g.device))
-                    counts.append(torch.bincount(bucket, minlength=nb).double())
-                counts.append((g == 0).sum().double().reshape(1))
-                extra.append(to(torch.cat(counts)))
-            numbers = torch.cat([numbers, torch.stack(extra)], 1)
-        md5s = None
-        directions = None
-        if stats.has_md5(self.level):
-            host = self._to_host([g.float().reshape(-1) for g in floats])
-            md5s = [crc32_hex(memoryview(h)) for h in host]
-        if stats.has_direction(self.level):
-            dirs = [(g > 0).reshape(-1) for g in grads]
-            directions = [d.reshape(s) for d, s in zip(self._to_host(dirs), shapes)]
-        numbers_host = numbers.cpu().numpy()          # the one transfer of the numbers
-        return StepRecord(step, names, shapes, numbers_host, md5s, directions)
+        return compute_step(self.level, self.bounds, step, names, shapes, grads, self._bounds_tensor)
 
     @staticmethod
     def _to_host(flat_tensors) -> List[np.ndarray]:
-        """numpy arrays of 1-D tensors: views on the CPU; one concatenated transfer from a device."""
-        import torch
-        if all(t.device.type == "cpu" for t in flat_tensors):
-            return [t.contiguous().numpy() for t in flat_tensors]
-        host = torch.cat([t.to(flat_tensors[0].device) for t in flat_tensors]).cpu().numpy()
-        out, start = [], 0
-        for t in flat_tensors:
-            n = t.numel()
-            out.append(host[start:start + n])
-            start += n
-        return out
+        return _to_host(flat_tensors)
 
     # ------------------------------------------------------------------ lifecycle
     def wait(self) -> None:
@@ -206,6 +153,73 @@ class GradientMonitor:
             self._handle = None
         if self._writer is not None:
             self._writer.close()
+
+
+def compute_step(level, bounds, step, names, shapes, grads, bounds_tensor=None) -> StepRecord:
+    """The numbers (one stacked tensor, one transfer), CRC strings and directions of one step's gradients
+    (call under ``torch.no_grad()``)."""
+    import torch
+    if bounds_tensor is None:
+        def bounds_tensor(device):
+            return torch.tensor(bounds, dtype=torch.float32, device=device)
+    floats = [g if g.dtype in (torch.float32, torch.float64) else g.float() for g in grads]
+    mx, mn = [], []
+    for g in floats:
+        if g.numel():
+            a, b = torch.aminmax(g)
+        else:
+            a = b = torch.full((), float("nan"), dtype=g.dtype, device=g.device)
+        mn.append(a)
+        mx.append(b)
+    try:
+        norms = torch._foreach_norm(floats)
+    except Exception:  # noqa: BLE001 - older torch / mixed devices
+        norms = [torch.linalg.vector_norm(g) for g in floats]
+    device = floats[0].device
+    same_device = all(g.device == device for g in floats)
+
+    def to(t):
+        return t if same_device else t.to(device)
+
+    def col(ts):   # float32 values (as the reference writes them), held in float64
+        return torch.stack([to(t).float() for t in ts]).double()
+
+    numbers = torch.stack([col(mx), col(mn), col(norms)], 1)
+    if stats.has_distribution(level):
+        extra = []
+        nb = len(bounds) + 1 if bounds else 0
+        for g in floats:
+            counts = []
+            if nb:
+                bucket = torch.bucketize(g.reshape(-1), bounds_tensor(g.device))
+                counts.append(torch.bincount(bucket, minlength=nb).double())
+            counts.append((g == 0).sum().double().reshape(1))
+            extra.append(to(torch.cat(counts)))
+        numbers = torch.cat([numbers, torch.stack(extra)], 1)
+    md5s = None
+    directions = None
+    if stats.has_md5(level):
+        host = _to_host([g.float().reshape(-1) for g in floats])
+        md5s = [crc32_hex(memoryview(h)) for h in host]
+    if stats.has_direction(level):
+        dirs = [(g > 0).reshape(-1) for g in grads]
+        directions = [d.reshape(s) for d, s in zip(_to_host(dirs), shapes)]
+    numbers_host = numbers.cpu().numpy()          # the one transfer of the numbers
+    return StepRecord(step, names, shapes, numbers_host, md5s, directions)
+
+
+def _to_host(flat_tensors) -> List[np.ndarray]:
+    """numpy arrays of 1-D tensors: views on the CPU; one concatenated transfer from a device."""
+    import torch
+    if all(t.device.type == "cpu" for t in flat_tensors):
+        return [t.contiguous().numpy() for t in flat_tensors]
+    host = torch.cat([t.to(flat_tensors[0].device) for t in flat_tensors]).cpu().numpy()
+    out, start = [], 0
+    for t in flat_tensors:
+        n = t.numel()
+        out.append(host[start:start + n])
+        start += n
+    return out
 
 
 class GradProbeService:
