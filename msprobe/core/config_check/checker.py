@@ -1,0 +1,356 @@
+"""Collecting a pack: the static pack of ``config_check -d`` and the dynamic :class:`ConfigChecker`.
+
+The framework-specific parts (forward pre-hook, parameters, tensor statistics, rank, random ops of the
+framework) live in an adapter, ``msprobe.pytorch.config_check.adapter`` or
+``msprobe.mindspore.config_check.adapter``, imported only when a ConfigChecker of that framework is made;
+this module imports neither torch nor mindspore.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import linecache
+import logging
+import os
+import sys
+import threading
+from typing import Dict, List, Optional
+
+from msprobe.core.config_check import pack as P
+from msprobe.core.config_check.collect import collect_env, collect_pip, hyperparameters_from_files, log
+from msprobe.core.errors import MsprobeError
+
+logger = logging.getLogger("msprobe")
+
+FRAMEWORKS = ("pytorch", "mindspore")
+DEFAULT_ZIP = "./config_check_pack.zip"
+_ADAPTERS = {"pytorch": "msprobe.pytorch.config_check.adapter",
+             "mindspore": "msprobe.mindspore.config_check.adapter"}
+
+
+def check_zip_path(path) -> str:
+    if not isinstance(path, str) or not path.endswith(".zip"):
+        raise MsprobeError("output zip path must be a string and ends with '.zip'")
+    if "\0" in path:
+        raise MsprobeError(f"output zip path {path[:200]!r} holds a NUL character; correct it")
+    return os.path.abspath(path)
+
+
+def check_fmk(fmk) -> str:
+    if fmk not in FRAMEWORKS:
+        raise MsprobeError(f"fmk must be one of {', '.join(FRAMEWORKS)}, not {fmk!r}")
+    return fmk
+
+
+def _make_parent(path: str) -> None:
+    parent = os.path.dirname(path)
+    try:
+        os.makedirs(parent, mode=0o750, exist_ok=True)
+    except OSError as exc:
+        raise MsprobeError(f"cannot create the folder of {path}: {exc.strerror}; choose another output path") from None
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise MsprobeError(f"folder {parent} is not writable by this user; choose another output path")
+
+
+def base_entries(shell_path: Optional[List[str]]) -> Dict[str, bytes]:
+    """env, pip and (when scripts are given and parse) hyperparameters_static.json."""
+    entries = {P.ENV: P.to_json(collect_env())}
+    log("add env args to zip")
+    entries[P.PIP] = collect_pip().encode("utf-8")
+    log("add pip info to zip")
+    if shell_path:
+        if isinstance(shell_path, str):
+            shell_path = [shell_path]
+        hyper = hyperparameters_from_files(list(shell_path))
+        if hyper:
+            entries[P.hyper_entry(False)] = P.to_json(hyper)
+            log("add static hyperparameters args to zip")
+        else:
+            log(f"Warning: Failed to extract hyperparameters from script {list(shell_path)}")
+    if _megatron_args:
+        entries[P.hyper_entry(True)] = P.to_json(_megatron_args)
+        log("add dynamic hyperparameters args to zip")
+    return entries
+
+
+def pack_static(scripts: Optional[List[str]], output_zip: str) -> str:
+    """``config_check -d``: env, pip and hyperparameters of ``scripts`` into a new zip (never replacing one)."""
+    from msprobe.core.fileio import atomic_write
+
+    path = check_zip_path(output_zip)
+    if os.path.lexists(path):
+        raise MsprobeError(f"output zip {path} already exists; choose another -o or remove it (nothing is overwritten)")
+    _make_parent(path)
+    log(f"pack result zip path {path}")
+    entries = base_entries(scripts)
+    return atomic_write(path, lambda tmp: P.build_zip(tmp, entries))
+
+
+# ------------------------------------------------------------------------------------ random calls
+_random_lock = threading.RLock()
+_random_guard = threading.local()
+#: op name -> [{"count": n, "stack": [frames]}] of this process
+random_op_stats: Dict[str, list] = {}
+
+
+def call_stack(frame) -> List[str]:
+    """``File {path}, line {n}, in {function}, {code}`` frames, outermost first (the reference's form)."""
+    stack = []
+    while frame is not None:
+        code = frame.f_code
+        filename = os.path.abspath(code.co_filename)
+        line = linecache.getline(code.co_filename, frame.f_lineno).strip()
+        stack.append(f"File {filename}, line {frame.f_lineno}, in {code.co_name}, {line}")
+        frame = frame.f_back
+    return stack[::-1]
+
+
+def track_random(func, name: str):
+    """Wrap a random function: count its calls by call stack; the call itself is unchanged."""
+    if getattr(func, "__msprobe_config_check__", False):
+        return func
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        if not getattr(_random_guard, "busy", False):
+            _random_guard.busy = True
+            try:
+                stack = call_stack(sys._getframe(1))
+                with _random_lock:
+                    entries = random_op_stats.setdefault(name, [])
+                    for entry in entries:
+                        if entry["stack"] == stack:
+                            entry["count"] += 1
+                            break
+                    else:
+                        entries.append({"count": 1, "stack": stack})
+            except Exception:  # noqa: BLE001 - tracking never breaks the training
+                pass
+            finally:
+                _random_guard.busy = False
+        return func(*args, **kwargs)
+
+    wrapper.__msprobe_config_check__ = True
+    return wrapper
+
+
+def _patch(owner, names, prefix: str) -> None:
+    for name in names:
+        func = getattr(owner, name, None)
+        if func is not None:
+            setattr(owner, name, track_random(func, f"{prefix}.{name}"))
+
+
+def patch_python_random() -> None:
+    import random
+
+    import numpy as np
+
+    _patch(random, ("random", "randint", "uniform", "choice"), "random")
+    _patch(np.random, ("rand", "randint", "choice", "normal"), "np.random")
+
+
+def random_snapshot() -> Dict[str, list]:
+    with _random_lock:
+        return {op: [{"count": e["count"], "stack": list(e["stack"])} for e in entries]
+                for op, entries in random_op_stats.items()}
+
+
+def random_delta(now: Dict[str, list], before: Dict[str, list]) -> Dict[str, list]:
+    out = {}
+    for op, entries in now.items():
+        old = {tuple(e["stack"]): e["count"] for e in before.get(op, [])}
+        new = [{"count": e["count"] - old.get(tuple(e["stack"]), 0), "stack": e["stack"]} for e in entries]
+        new = [e for e in new if e["count"] > 0]
+        if new:
+            out[op] = new
+    return out
+
+
+# ------------------------------------------------------------------------------ megatron arguments
+_megatron_args: Dict[str, object] = {}
+
+
+def _jsonable(v):
+    if isinstance(v, (str, int, float, bool)) or v is None:
+        return v
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    return None  # the reference's default=lambda x: None
+
+
+def patch_megatron() -> None:
+    """Remember Megatron's arguments the first time ``megatron.training.get_args`` returns them."""
+    import importlib.util
+
+    try:
+        if importlib.util.find_spec("megatron") is None:
+            log("No megatron find.")
+            return
+        training = importlib.import_module("megatron.training")
+    except Exception as exc:  # noqa: BLE001
+        log(f"No megatron find. ({type(exc).__name__})")
+        return
+    get_args = getattr(training, "get_args", None)
+    if get_args is None or getattr(get_args, "__msprobe_config_check__", False):
+        return
+
+    @functools.wraps(get_args)
+    def wrapper(*args, **kwargs):
+        result = get_args(*args, **kwargs)
+        if not _megatron_args and result is not None:
+            try:
+                _megatron_args.update({str(k): _jsonable(v) for k, v in vars(result).items()})
+            except Exception:  # noqa: BLE001
+                pass
+        return result
+
+    wrapper.__msprobe_config_check__ = True
+    training.get_args = wrapper
+
+
+# ------------------------------------------------------------------------------------ the checker
+def load_adapter(fmk: str):
+    try:
+        return importlib.import_module(_ADAPTERS[check_fmk(fmk)])
+    except ImportError as exc:
+        raise MsprobeError(f"ConfigChecker with fmk={fmk!r} needs {fmk} installed ({exc})") from None
+
+
+class ConfigChecker:
+    """Dynamic collection in a training script (the reference's API)::
+
+        from msprobe.core.config_check import ConfigChecker
+        ConfigChecker.apply_patches("pytorch")          # first lines of the entry script
+        ...
+        ConfigChecker(model=model, shell_path=["train.sh"], output_zip_path="./config_check_pack.zip",
+                      fmk="pytorch")                     # once the model exists
+
+    Rank 0 packs env, pip and hyperparameters at once; every rank packs, before each forward of
+    ``model`` (step = micro-step count), the statistics of the weights and of the forward inputs,
+    and the random calls seen so far.  All ranks append to the same zip (under a lock on its folder).
+    A failure while collecting is logged once and never stops or changes the training.
+    """
+
+    step = 0
+
+    def __init__(self, model=None, shell_path=None, output_zip_path=DEFAULT_ZIP, fmk="pytorch"):
+        self.fmk = check_fmk(fmk)
+        self.output_zip_path = check_zip_path(output_zip_path)
+        self.adapter = load_adapter(self.fmk)
+        if isinstance(model, (list, tuple)):
+            model = model[0] if model else None
+        if model is not None and not self.adapter.is_module(model):
+            raise MsprobeError("model is not torch.nn.Module/mindspore.nn.Cell or module list.")
+        self.model = model
+        self.shell_path = shell_path
+        self.step = 0
+        self._failed = False
+        self._random_written = None  # snapshot at the last random entry written
+        self._megatron_written = False
+        self.rank = self._rank()
+        _make_parent(self.output_zip_path)
+        self._refuse_stale()
+        log(f"pack result zip path {self.output_zip_path}")
+        if self.rank == 0:
+            entries = base_entries(shell_path)
+            self._megatron_written = P.hyper_entry(True) in entries
+            self._append(entries, at_init=True)
+        if model is not None:
+            self.adapter.register_pre_hook(model, self._on_forward)
+
+    def _rank(self) -> int:
+        try:
+            rank = self.adapter.rank()
+        except Exception:  # noqa: BLE001
+            rank = None
+        if rank is None:
+            try:
+                rank = int(os.environ.get("RANK", "0"))
+            except ValueError:
+                rank = 0
+        return rank
+
+    def _refuse_stale(self) -> None:
+        if not os.path.lexists(self.output_zip_path):
+            return
+        if not os.path.isfile(self.output_zip_path) or os.path.islink(self.output_zip_path):
+            raise MsprobeError(f"output zip {self.output_zip_path} exists and is not a regular file; "
+                               f"choose another output_zip_path")
+        mine = [n for n in P.existing_names(self.output_zip_path)
+                if P.rank_of_entry(n) == self.rank or (self.rank == 0 and P.rank_of_entry(n) is None)]
+        if mine:
+            raise MsprobeError(f"output zip {self.output_zip_path} already holds rank {self.rank}'s entries "
+                               f"(a pack of an earlier run): remove it or choose another output_zip_path "
+                               f"(nothing is overwritten)")
+
+    @staticmethod
+    def apply_patches(fmk="pytorch") -> None:
+        """Count the random calls (Python random, numpy, the framework's) by call stack from now on, and
+        catch Megatron's arguments.  Call it at the very top of the training entry script."""
+        fmk = check_fmk(fmk)
+        patch_python_random()
+        load_adapter(fmk).patch_random(track_random)
+        patch_megatron()
+
+    @staticmethod
+    def compare(bench_zip_path, cmp_zip_path, output_path="./config_check_result", fmk=None) -> str:
+        """Compare two packs into ``output_path`` (see msprobe.core.config_check.compare); returns result.xlsx."""
+        from msprobe.core.config_check.compare import compare_packs
+
+        return compare_packs(bench_zip_path, cmp_zip_path, output_path, fmk)[0]
+
+    # ------------------------------------------------------------------------------------ hooks
+    def _append(self, entries: Dict[str, bytes], at_init: bool = False) -> None:
+        try:
+            P.append_entries(self.output_zip_path, entries)
+        except OSError as exc:
+            if at_init:
+                raise MsprobeError(f"cannot write {self.output_zip_path}: {exc.strerror or exc}; "
+                                   f"choose another output_zip_path") from None
+            raise
+
+    def _on_forward(self, args, kwargs) -> None:
+        if self._failed:
+            return
+        step = self.step
+        self.step += 1
+        try:
+            self.rank = self._rank()
+            entries = {}
+            if self.model is not None:
+                weights = {name: self.adapter.features(t) for name, t in self.adapter.named_parameters(self.model)}
+                entries[P.weights_entry(step, self.rank)] = P.to_json(weights)
+                entries[P.dataset_entry(step, self.rank)] = P.to_json(
+                    {"args": self._inputs(args), "kwargs": self._inputs(kwargs or {})})
+            now = random_snapshot()
+            if self._random_written is None:
+                entries[P.random_entry(self.rank)] = P.to_json(now)
+                self._random_written = now
+            else:
+                delta = random_delta(now, self._random_written)
+                if delta:
+                    entries[P.random_entry(self.rank, step)] = P.to_json(delta)
+                    self._random_written = now
+            if self.rank == 0 and not self._megatron_written and _megatron_args:
+                entries[P.hyper_entry(True)] = P.to_json(_megatron_args)
+                self._megatron_written = True
+            self._append(entries)
+        except Exception as exc:  # noqa: BLE001 - a hook never stops the training
+            self._failed = True
+            logger.warning("config_check: collection stopped at step %d (%s: %s); the training goes on",
+                           step, type(exc).__name__, exc)
+
+    def _inputs(self, obj, depth: int = 0):
+        if depth > 50:
+            return ""
+        if self.adapter.is_tensor(obj):
+            return self.adapter.features(obj)
+        if isinstance(obj, (list, tuple)):
+            return {str(i): self._inputs(x, depth + 1) for i, x in enumerate(obj)}
+        if isinstance(obj, dict):
+            return {str(k): self._inputs(v, depth + 1) for k, v in obj.items()}
+        return ""
