@@ -1,0 +1,520 @@
+"""The training monitor (TrainerMon, issue 20): a 2-layer tiny transformer trained 50 steps on CPU.
+
+Runs (each 50 steps, module-scoped): no monitor; CSV with every switch; TensorBoard with weight gradients and
+an AnomalyTurbulence rule, clean and with a gradient spike injected at one step.  Checked: the reference's CSV
+headers and file names, TensorBoard tags read back with tensorboard's event reader, statistics against values
+computed directly from the training, an alert at exactly the spiked step and none on the clean run, training
+losses identical with and without the monitor, bad configs one line each, a failing hook never stops the
+training, off steps (step_interval) install no hook, and 2 ranks on gloo.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import json
+import logging
+import math
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from msprobe.core.errors import MsprobeError  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+STEPS = 50
+SPIKE_STEP = 30
+SPIKE_PARAM = "blocks.1.fc2.weight"
+OPS6 = ["min", "max", "norm", "zeros", "nans", "mean"]
+
+
+# ------------------------------------------------------------------------------------------------ model
+class Attention(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.h = heads
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        q, k, v = (t.view(b, s, self.h, d // self.h).transpose(1, 2) for t in (q, k, v))
+        att = F.softmax(q @ k.transpose(-2, -1) / (d // self.h) ** 0.5, dim=-1)
+        return self.proj((att @ v).transpose(1, 2).reshape(b, s, d))
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.ln1, self.attn = nn.LayerNorm(d), Attention(d, heads)
+        self.ln2, self.fc1, self.act, self.fc2 = nn.LayerNorm(d), nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.fc2(self.act(self.fc1(self.ln2(x))))
+
+
+class TinyTransformer(nn.Module):
+    def __init__(self, vocab=100, d=32, heads=4, n_layers=2, seq=8):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.pos = nn.Parameter(torch.zeros(1, seq, d))
+        self.blocks = nn.ModuleList([Block(d, heads) for _ in range(n_layers)])
+        self.ln_f = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, idx):
+        x = self.emb(idx) + self.pos
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(self.ln_f(x))
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+
+def train(out, cfg=None, steps=STEPS, spike_step=None, grad_acc=1, probe=None, set_kwargs=None):
+    """Train; returns (losses, monitor, log lines, rank folder). ``probe(step, model, monitor)`` runs after each
+    step's backward (inside the step)."""
+    torch.manual_seed(0)
+    model = TinyTransformer()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    gen = torch.Generator().manual_seed(1)
+    handler = _Records()
+    log = logging.getLogger("msprobe")
+    log.addHandler(handler)
+    old_level = log.level
+    log.setLevel(logging.INFO)
+    old_env = os.environ.get("MONITOR_OUTPUT_DIR")
+    mon = None
+    state = {"step": 0}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)           # tiny tensors: threads only contend on a loaded machine
+    try:
+        if cfg is not None:
+            os.makedirs(out, exist_ok=True)
+            path = os.path.join(out, "monitor_config.json")
+            with open(path, "w") as f:
+                json.dump(cfg, f)
+            os.environ["MONITOR_OUTPUT_DIR"] = os.path.join(out, "monitor_output")
+            from msprobe.pytorch import TrainerMon
+            mon = TrainerMon(path, params_have_main_grad=False)
+            mon.set_monitor(model, optimizer=opt, grad_acc_steps=grad_acc, **(set_kwargs or {}))
+        if spike_step is not None:
+            p = dict(model.named_parameters())[SPIKE_PARAM]
+            p.register_hook(lambda g: g * 100.0 if state["step"] == spike_step else g)
+        losses = []
+        for step in range(steps):
+            state["step"] = step
+            total = 0.0
+            for _ in range(grad_acc):
+                x = torch.randint(0, 100, (4, 8), generator=gen)
+                y = torch.randint(0, 100, (4, 8), generator=gen)
+                loss = F.cross_entropy(model(x).reshape(-1, 100), y.reshape(-1)) / grad_acc
+                loss.backward()
+                total += loss.item()
+            if probe is not None:
+                probe(step, model, mon)
+            opt.step()
+            opt.zero_grad()
+            losses.append(total)
+    finally:
+        torch.set_num_threads(threads)
+        log.removeHandler(handler)
+        log.setLevel(old_level)
+        if old_env is None:
+            os.environ.pop("MONITOR_OUTPUT_DIR", None)
+        else:
+            os.environ["MONITOR_OUTPUT_DIR"] = old_env
+    rank_dir = mon.rank_dir if mon is not None else None
+    if mon is not None:
+        mon.remove()
+    return losses, mon, handler.lines, rank_dir
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    return rows[0], rows[1:]
+
+
+def wg_cfg(fmt):
+    return {"targets": {}, "wg_distribution": True, "format": fmt, "ops": ["norm", "min", "max"],
+            "alert": {"rules": [{"rule_name": "AnomalyTurbulence", "args": {"threshold": 3.0}}], "dump": True}}
+
+
+FULL_CFG = {"targets": {}, "xy_distribution": True, "all_xy": True, "wg_distribution": True, "mv_distribution": True,
+            "param_distribution": True, "mg_direction": True, "format": "csv", "ops": OPS6, "ndigits": 6,
+            "step_count_per_record": 25}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("monitor")
+    grads = {}
+
+    def probe(step, model, mon):
+        if step in (0, 10, 49):
+            p = dict(model.named_parameters())
+            grads[step] = {n: p[n].grad.detach().clone() for n in ("blocks.0.fc1.weight", "head.bias")}
+    plain = train(str(base / "plain"), probe=probe)
+    full = train(str(base / "full"), FULL_CFG)
+    tb_clean = train(str(base / "tb_clean"), wg_cfg("tensorboard"))
+    tb_spike = train(str(base / "tb_spike"), wg_cfg("tensorboard"), spike_step=SPIKE_STEP)
+    return {"plain": plain, "full": full, "tb_clean": tb_clean, "tb_spike": tb_spike, "grads": grads, "base": base}
+
+
+# ------------------------------------------------------------------------------------------------ outputs
+def test_losses_identical_with_and_without_the_monitor(runs):
+    plain = runs["plain"][0]
+    assert len(plain) == STEPS and all(math.isfinite(x) for x in plain)
+    assert runs["full"][0] == plain
+    assert runs["tb_clean"][0] == plain
+    assert runs["tb_spike"][0][:SPIKE_STEP + 1] == plain[:SPIKE_STEP + 1]
+
+
+def test_csv_files_and_headers_are_the_reference_s(runs):
+    d = runs["full"][3]
+    names = sorted(os.path.basename(p) for p in glob.glob(os.path.join(d, "*.csv")))
+    kinds = ("actv", "actv_grad", "exp_avg", "exp_avg_sq", "grad_reduced", "grad_unreduced", "other",
+             "param_origin", "param_updated")
+    assert names == sorted(f"{k}_{a}-{a + 24}.csv" for k in kinds for a in (0, 25))
+    ops = ",".join(OPS6 + ["shape", "dtype"])
+    for k in kinds:
+        head, rows = read_csv(os.path.join(d, f"{k}_0-24.csv"))
+        micro = ",micro_step" if k in ("actv", "actv_grad") else ""
+        assert ",".join(head) == f"vpp_stage,name,step{micro},{ops}", k
+        assert rows
+    head, rows = read_csv(os.path.join(d, "actv_0-24.csv"))
+    by = {(r[1], int(r[2])): r for r in rows}
+    assert set(int(r[2]) for r in rows) == set(range(25))
+    # the root module's input is the int64 token ids; names carry no '0:' prefix and no micro step
+    r = by[("emb.input", 0)]
+    assert r[3] == "0" and r[-2] == "[4, 8]" and r[-1] == "torch.int64"
+    assert ("blocks.1.fc2.output", 7) in by and (".output", 7) in by
+    # Adam's state is empty before the first step: m and v start at step 1 (as the reference)
+    _, rows = read_csv(os.path.join(d, "exp_avg_0-24.csv"))
+    assert min(int(r[2]) for r in rows) == 1
+    # mg_direction is 1.0 at step 0
+    _, rows = read_csv(os.path.join(d, "other_0-24.csv"))
+    assert [r[3:6] for r in rows if r[2] == "0"][0] == ["1.0", "1.0", "1.0"]
+
+
+def test_gradient_statistics_match_the_training(runs):
+    d = runs["full"][3]
+    head, rows = read_csv(os.path.join(d, "grad_reduced_0-24.csv"))
+    col = {h: i for i, h in enumerate(head)}
+    by = {(r[1], int(r[2])): r for r in rows}
+    for step in (0, 10):
+        for name, g in runs["grads"][step].items():
+            r = by[(name, step)]
+            g64 = g.double()
+            assert float(r[col["norm"]]) == pytest.approx(g64.norm().item(), rel=1e-5, abs=1e-6)
+            assert float(r[col["min"]]) == pytest.approx(g64.min().item(), rel=1e-5, abs=1e-6)
+            assert float(r[col["max"]]) == pytest.approx(g64.max().item(), rel=1e-5, abs=1e-6)
+            assert float(r[col["mean"]]) == pytest.approx(g64.mean().item(), abs=1e-6)
+            assert int(r[col["nans"]]) == 0
+            assert r[col["shape"]] == str(list(g.shape)) and r[col["dtype"]] == "torch.float32"
+    # the unreduced (accumulated) gradient of a single-process run is the same tensor
+    _, rows_u = read_csv(os.path.join(d, "grad_unreduced_0-24.csv"))
+    un = {(r[1], int(r[2])): r[3:] for r in rows_u}
+    assert un[("head.bias", 10)] == by[("head.bias", 10)][3:]
+
+
+def _scalars(rank_dir):
+    ea = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator",
+                             reason="tensorboard is not installed (pip install tensorboard)")
+    acc = ea.EventAccumulator(rank_dir, size_guidance={ea.SCALARS: 0})
+    acc.Reload()
+    return acc
+
+
+def test_tensorboard_tags_are_the_reference_s(runs):
+    rank_dir = runs["tb_clean"][3]
+    assert len(glob.glob(os.path.join(rank_dir, "events.out.tfevents.*"))) == 1
+    acc = _scalars(rank_dir)
+    tags = set(acc.Tags()["scalars"])
+    for kind in ("post_grad", "acc_grad"):
+        for op in ("norm", "min", "max"):
+            assert f"0:{SPIKE_PARAM}/rank0/{kind}_{op}" in tags
+    assert not any(t.endswith(("_shape", "_dtype")) for t in tags)   # not scalars (the reference crashes on them)
+    ev = acc.Scalars(f"0:{SPIKE_PARAM}/rank0/post_grad_norm")
+    assert [e.step for e in ev] == list(range(STEPS))
+    spiked = {e.step: e.value for e in _scalars(runs["tb_spike"][3]).Scalars(f"0:{SPIKE_PARAM}/rank0/post_grad_norm")}
+    clean = {e.step: e.value for e in ev}
+    assert spiked[SPIKE_STEP] == pytest.approx(100 * clean[SPIKE_STEP], rel=1e-5)
+    assert spiked[SPIKE_STEP - 1] == clean[SPIKE_STEP - 1]
+
+
+def test_alert_at_the_spiked_step_and_none_on_the_clean_run(runs):
+    clean_lines = runs["tb_clean"][2]
+    assert not [x for x in clean_lines if "reports anomaly signal" in x]
+    lines = [x for x in runs["tb_spike"][2] if "reports anomaly signal" in x]
+    assert lines, "no alert for the spike"
+    for tag_kind in ("post_grad", "acc_grad"):
+        want = (f"Rule AnomalyTurbulence reports anomaly signal in ('0:{SPIKE_PARAM}/rank0/{tag_kind}', 'norm') "
+                f"at step {SPIKE_STEP}, current value ")
+        assert any(want in x for x in lines), tag_kind
+    assert all(f"at step {SPIKE_STEP}," in x for x in lines)
+    assert all(SPIKE_PARAM in x for x in lines)
+    assert all("the history mean)" in x for x in lines)          # the jump, e.g. (x97.3 the history mean)
+    adir = os.path.join(runs["base"], "tb_spike", "monitor_output", "anomaly_detected", "rank0")
+    with open(os.path.join(adir, "anomaly.json")) as f:
+        anomalies = json.load(f)
+    assert {v["step"] for v in anomalies.values()} == {SPIKE_STEP}
+    rec = anomalies[next(k for k in anomalies if "post_grad" in k)]
+    assert rec["tag_name"] == f"0:{SPIKE_PARAM}/rank0/post_grad" and rec["rank"] == 0 and rec["group_mates"] == [0]
+    v = float(rec["message"].split("current value ")[1].split(",")[0])
+    h = float(rec["message"].split("history mean ")[1].rstrip("."))
+    assert v > 4 * h
+
+
+def test_csv2tensorboard_reads_the_csv_output(runs, tmp_path):
+    pytest.importorskip("tensorboard")
+    from msprobe.cli.main import main
+    out = tmp_path / "tb"
+    assert main(["csv2tensorboard", "-d", str(runs["base"] / "full" / "monitor_output"), "-o", str(out),
+                 "--types", "grad_reduced,actv"]) == 0
+    acc = _scalars(str(out / "rank0" / "grad_reduced"))
+    ev = acc.Scalars("vp0:head.bias/norm")
+    assert [e.step for e in ev] == list(range(STEPS))
+    assert ev[10].value == pytest.approx(runs["grads"][10]["head.bias"].norm().item(), rel=1e-5)
+    assert "vp0:blocks.0.fc1.output:micro0/max" in _scalars(str(out / "rank0" / "actv")).Tags()["scalars"]
+    assert main(["csv2tensorboard", "-d", str(runs["base"] / "full" / "monitor_output"), "-o", str(out)]) == 2
+
+
+# ------------------------------------------------------------------------------------------------ steps
+def test_step_interval_installs_hooks_only_on_collected_steps(tmp_path):
+    seen = {}
+
+    def probe(step, model, mon):
+        seen[step] = (len(model.blocks[0].fc1._forward_hooks), len(mon._handles))
+    cfg = {"targets": {}, "xy_distribution": True, "wg_distribution": True, "mv_distribution": True,
+           "step_interval": 10, "start_step": 2, "ops": ["norm"], "step_count_per_record": 100}
+    losses, mon, _, d = train(str(tmp_path), cfg, steps=23, probe=probe)
+    assert seen[2][0] == 1 and seen[12][1] > 0 and seen[22][0] == 1
+    assert all(seen[s] == (0, 0) for s in (0, 1, 3, 5, 11, 13, 21))
+    _, rows = read_csv(os.path.join(d, "actv_0-99.csv"))
+    assert sorted({int(r[2]) for r in rows}) == [2, 12, 22]
+    _, rows = read_csv(os.path.join(d, "exp_avg_0-99.csv"))
+    assert sorted({int(r[2]) for r in rows}) == [2, 12, 22]
+
+
+def test_grad_accumulation_micro_steps(tmp_path):
+    cfg = {"targets": {"blocks.0.fc1": {}}, "xy_distribution": True, "wg_distribution": True, "ops": ["norm"]}
+    grads = {}
+
+    def probe(step, model, mon):
+        grads[step] = model.blocks[0].fc1.weight.grad.norm().item()
+    _, _, _, d = train(str(tmp_path), cfg, steps=3, grad_acc=2, probe=probe)
+    _, rows = read_csv(os.path.join(d, "actv_2-2.csv"))
+    assert sorted((r[1], r[3]) for r in rows) == [("blocks.0.fc1.input", "0"), ("blocks.0.fc1.input", "1"),
+                                                 ("blocks.0.fc1.output", "0"), ("blocks.0.fc1.output", "1")]
+    # the unreduced gradient is the accumulated one (after the last micro step), parameters by prefix
+    _, rows = read_csv(os.path.join(d, "grad_unreduced_2-2.csv"))
+    assert sorted(r[1] for r in rows) == ["blocks.0.fc1.bias", "blocks.0.fc1.weight"]
+    w = [r for r in rows if r[1] == "blocks.0.fc1.weight"][0]
+    assert float(w[3]) == pytest.approx(grads[2], rel=1e-5)
+
+
+def test_a_failing_hook_is_logged_once_and_training_goes_on(tmp_path, monkeypatch):
+    from msprobe.pytorch.monitor import stats
+
+    def boom(self, t):
+        raise RuntimeError("injected statistics failure")
+    monkeypatch.setattr(stats.StatPlan, "__call__", boom)
+    losses, mon, lines, d = train(str(tmp_path), dict(FULL_CFG), steps=5)
+    plain = train(str(tmp_path / "plain"), steps=5)[0]
+    assert losses == plain
+    warned = [x for x in lines if "injected statistics failure" in x]
+    assert len(warned) == 1 and "training continues" in warned[0]
+    text = open(os.path.join(d, "dump_error_info.log")).read()
+    assert text.count("Traceback") == 1
+
+
+# ------------------------------------------------------------------------------------------------ config
+def _cfg_error(tmp_path, cfg, model_targets=False):
+    path = tmp_path / "cfg.json"
+    path.write_text(json.dumps(cfg))
+    os.environ["MONITOR_OUTPUT_DIR"] = str(tmp_path / "out")
+    try:
+        from msprobe.pytorch import TrainerMon
+        with pytest.raises(MsprobeError) as e:
+            mon = TrainerMon(str(path), params_have_main_grad=False)
+            model = TinyTransformer()
+            mon.set_monitor(model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+    finally:
+        os.environ.pop("MONITOR_OUTPUT_DIR", None)
+    msg = str(e.value)
+    assert "\n" not in msg
+    return msg
+
+
+@pytest.mark.parametrize("cfg, words", [
+    ({"xy_distributon": True}, ["unknown key 'xy_distributon'", "did you mean 'xy_distribution'"]),
+    ({"wg_distribution": "yes"}, ["wg_distribution must be true or false", "'yes'"]),
+    ({"ops": "norm"}, ["ops must be a list"]),
+    ({"ndigits": 0}, ["ndigits must be 1..20"]),
+    ({"step_interval": 1.5}, ["step_interval must be an integer"]),
+    ({"targets": ["blocks.0"]}, ["targets must be an object"]),
+    ({"alert": {"rules": [{"rule_name": "AnomalyTurbulance", "args": {"threshold": 1}}]}},
+     ["is not a rule", "did you mean 'AnomalyTurbulence'"]),
+    ({"alert": {"rules": [{"rule_name": "AnomalyTurbulence", "args": {"threshold": -1}}]}}, ["threshold must be"]),
+    ({"targets": {"blocks.0.fc9": {}}, "xy_distribution": True},
+     ["targets key 'blocks.0.fc9' is neither a module nor a parameter", "close names: ", "blocks.0.fc1", "blocks.0.fc2"]),
+])
+def test_bad_config_is_one_line(tmp_path, cfg, words):
+    msg = _cfg_error(tmp_path, cfg)
+    for w in words:
+        assert w in msg, msg
+
+
+def test_unwritable_output_dir_is_one_line(tmp_path):
+    (tmp_path / "cfg.json").write_text("{}")
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    from msprobe.pytorch import TrainerMon
+    for bad in (blocker, blocker / "sub"):
+        os.environ["MONITOR_OUTPUT_DIR"] = str(bad)
+        try:
+            with pytest.raises(MsprobeError) as e:
+                TrainerMon(str(tmp_path / "cfg.json"), params_have_main_grad=False)
+        finally:
+            os.environ.pop("MONITOR_OUTPUT_DIR", None)
+        assert "MONITOR_OUTPUT_DIR" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_reference_configs_are_accepted(tmp_path):
+    from msprobe.core.monitor.config import validate_config
+    doc = {"targets": {"language_model.encoder.layers.0": {"input": "tuple[2]:0", "output": "tensor"}},
+           "dynamic_on": False, "start_step": 0, "collect_times": 100000000, "step_interval": 1,
+           "print_struct": False, "module_ranks": [0, 1, 2, 3], "ur_distribution": True, "xy_distribution": True,
+           "all_xy": True, "forward_only": False, "backward_only": False, "mv_distribution": True,
+           "param_distribution": True, "wg_distribution": True, "monitor_mbs_grad": True,
+           "cc_distribution": {"enable": True, "cc_codeline": []},
+           "alert": {"rules": [{"rule_name": "AnomalyTurbulence", "args": {"threshold": 0.5}}], "dump": False},
+           "format": "csv", "ops": ["min", "max", "norm", "zeros", "nans", "mean", "bogus"], "eps": 1e-8,
+           "ndigits": 12, "step_count_per_record": 1, "append_output": [], "squash_name": True}
+    cfg = validate_config(doc)
+    assert cfg["ops"] == ["min", "max", "norm", "zeros", "nans", "mean", "shape", "dtype"]
+    assert cfg["ur_distribution"] is False          # only with tensorboard, as the reference
+    assert validate_config({})["targets"] == {"": {}}
+    assert validate_config({"xy_distribution": True})["all_xy"] is True
+
+
+# ------------------------------------------------------------------------------------------------ rules
+def test_anomaly_rules_vectorised():
+    from msprobe.core.monitor.anomaly import AnomalyDetector
+    det = AnomalyDetector([{"rule_name": "AnomalyTurbulence", "args": {"threshold": 0.5}},
+                           {"rule_name": "AnomalyNan", "args": {}}], ("min", "norm", "mean"))
+    tags = ["a/rank0/post_grad", "b/rank0/post_grad"]
+    assert det.check(tags, [[10.0, 10.0, 10.0], [1.0, 1.0, 1.0]], 0) == []       # first value: never flagged
+    found = det.check(tags, [[20.0, 20.0, 1.0], [1.0, float("nan"), 1.0]], 1)
+    got = [(a.tag.split("/")[0], a.op, a.rule) for a in found]
+    # turbulence on norm (min is not reported for it), NaN by the second rule
+    assert got == [("a", "norm", "AnomalyTurbulence"), ("b", "norm", "AnomalyNan")]
+    assert found[0].history == 10.0 and found[0].value == 20.0 and "x2 the history mean" in found[0].console()
+    # running mean 0.99*10 + 0.01*20 = 10.1; NaN kept out of b's mean
+    assert det.avg[det.index["a/rank0/post_grad"], 1] == pytest.approx(10.1)
+    assert det.check(tags, [[15.0, 15.0, 1.0], [1.0, 1.4, 1.0]], 2) == []
+    assert [a.op for a in det.check(tags, [[1.0, 1.0, 1.0], [1.0, 1.6, 1.0]], 3)] == ["norm"]
+
+
+# ------------------------------------------------------------------------------------------------ 2 ranks
+WORLD = 2
+
+
+def _worker(rank, port, out):
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
+    torch.set_num_threads(1)
+    if rank == 1:        # this rank's tool fails: it logs and trains on
+        from msprobe.pytorch.monitor import stats
+
+        def boom(self, t):
+            raise RuntimeError("rank 1 statistics failure")
+        stats.StatPlan.__call__ = boom
+    cfg = {"targets": {}, "wg_distribution": True, "xy_distribution": True, "ops": ["norm", "max"],
+           "format": "csv", "step_count_per_record": 10}
+    path = os.path.join(out, f"cfg{rank}.json")
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    os.environ["MONITOR_OUTPUT_DIR"] = os.path.join(out, "monitor_output")
+    from msprobe.pytorch import TrainerMon
+    torch.manual_seed(0)
+    model = TinyTransformer()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    mon = TrainerMon(path, params_have_main_grad=False)
+    mon.set_monitor(model, optimizer=opt, dp_group=dist.group.WORLD)
+    gen = torch.Generator().manual_seed(10 + rank)
+    losses = []
+    for _ in range(4):
+        x = torch.randint(0, 100, (4, 8), generator=gen)
+        loss = F.cross_entropy(model(x).reshape(-1, 100), x.reshape(-1))
+        loss.backward()
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+            p.grad.div_(WORLD)
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    w = model.head.weight.detach().clone()
+    dist.all_reduce(w)
+    with open(os.path.join(out, f"result{rank}.json"), "w") as f:
+        json.dump({"losses": losses, "rank_dir": mon.rank_dir, "same_weights": bool(torch.allclose(w / 2, model.head.weight))}, f)
+    dist.destroy_process_group()
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_ranks_on_gloo(tmp_path):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["OMP_NUM_THREADS"] = "1"
+    port = _free_port()
+    procs = [subprocess.Popen([sys.executable, str(Path(__file__).resolve()), str(r), str(port), str(tmp_path)],
+                              cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(WORLD)]
+    logs = []
+    for p in procs:
+        try:
+            logs.append(p.communicate(timeout=120)[0])
+        except subprocess.TimeoutExpired:
+            p.kill()
+            logs.append(p.communicate()[0])
+    assert all(p.returncode == 0 for p in procs), "\n".join(x[-3000:] for x in logs)
+    res = [json.load(open(tmp_path / f"result{r}.json")) for r in range(WORLD)]
+    assert all(r["same_weights"] for r in res)                 # training went on in step on both ranks
+    assert "rank 1 statistics failure" in logs[1] and "training continues" in logs[1]
+    d0, d1 = res[0]["rank_dir"], res[1]["rank_dir"]
+    assert "-rank0-" in os.path.basename(d0) and "-rank1-" in os.path.basename(d1)
+    _, rows = read_csv(os.path.join(d0, "grad_reduced_0-9.csv"))
+    assert sorted({int(r[2]) for r in rows}) == [0, 1, 2, 3] and any(r[1] == "head.weight" for r in rows)
+    # rank 1's gradients are dp duplicates (not reported); its failed statistics leave no rows, only the log
+    assert not glob.glob(os.path.join(d1, "grad_*.csv"))
+    assert os.path.isfile(os.path.join(d1, "dump_error_info.log"))
+
+
+if __name__ == "__main__":
+    _worker(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
