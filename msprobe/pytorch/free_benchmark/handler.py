@@ -141,12 +141,15 @@ class FreeBenchmark:
             self.skipped[name] = reason
             log.debug("[msprobe] Free benchmark: %s: %s; perturbation cancelled", name, reason)
 
-    def _run(self, prep, mode, func, args, kwargs, upcast_kwargs=True):
+    def _run(self, prep, mode, func, args, kwargs, out=None):
         """The perturbed re-run (no autograd, replayed random state); None when the mode does not apply."""
-        _plan, device, (ac_on, _ac_dtype), rng, _inplace, _first = prep
-        if mode == "improve_precision" and not perturb.has_low(args, kwargs) and not ac_on:
+        _plan, device, (ac_on, ac_dtype), rng, _inplace, _first = prep
+        # under autocast an op whose output is fp16/bf16 ran in that dtype even with float32 inputs
+        cast_by_autocast = ac_on and ac_dtype in perturb.LOW and any(
+            t.dtype in perturb.LOW for t in perturb.tensors(out))
+        if mode == "improve_precision" and not perturb.has_low(args, kwargs) and not cast_by_autocast:
             return None       # nothing runs in low precision: nothing to raise
-        pargs, pkwargs = perturb.perturb(mode, args, kwargs, upcast_kwargs)
+        pargs, pkwargs = perturb.perturb(mode, args, kwargs, autocast_dtype=ac_dtype if cast_by_autocast else None)
 
         def run():
             if mode in ("improve_precision", "to_cpu"):
@@ -167,7 +170,7 @@ class FreeBenchmark:
             return
         fwd = f"{name}.{n}.forward"
         try:
-            pout = self._run(prep, self.mode, func, rargs, rkwargs)
+            pout = self._run(prep, self.mode, func, rargs, rkwargs, out)
         except Skip as why:
             self._skip(name, str(why))
             return
@@ -191,7 +194,7 @@ class FreeBenchmark:
             if not rules.is_consistent(ratio, thr):
                 self._row(fwd, "forward", rules.max_rel(ratio), o, idx)
             if sample:
-                golden = self._run(prep, "to_cpu", func, rargs, rkwargs)
+                golden = self._run(prep, "to_cpu", func, rargs, rkwargs, out)
                 cpu_ok = True
                 for gidx, go, gp in compare.output_pairs(out, golden):
                     if gidx == idx and compare.comparable(go, gp):
@@ -227,18 +230,19 @@ class FreeBenchmark:
             return
         gen = self.generation
         bname = f"{name}.{n}.backward"
+        low_out = any(t.dtype in perturb.LOW for t in outs)
         step = self.step
         errors = self.errors
 
         def hook(grad):
             if self.generation == gen and not TLS.depth:
                 guarded(errors, bname, self._backward_check, prep, bname, func, dargs, dkwargs, wants, versions,
-                        k, grad, step)
+                        k, grad, step, low_out)
             return None
 
         outs[k].register_hook(hook)
 
-    def _backward_check(self, prep, bname, func, args, kwargs, wants, versions, k, grad, step):
+    def _backward_check(self, prep, bname, func, args, kwargs, wants, versions, k, grad, step, low_out):
         if [t._version for t in perturb.tensors(args)] != versions:
             self._skip(bname, "an input was changed in place before the backward")
             return
@@ -263,10 +267,12 @@ class FreeBenchmark:
         def both():
             original = grads(args, kwargs, grad, ac_on)
             mode = self.mode
-            if mode == "improve_precision" and not perturb.has_low(args, {}) and not ac_on:
+            cast_by_autocast = ac_on and ac_dtype in perturb.LOW and low_out
+            if mode == "improve_precision" and not perturb.has_low(args, {}) and not cast_by_autocast:
                 return original, None
             with torch.no_grad():
-                pargs, pkw = perturb.perturb(mode, args, kwargs, upcast_kwargs=False)
+                pargs, pkw = perturb.perturb(mode, args, kwargs, upcast_kwargs=False,
+                                             autocast_dtype=ac_dtype if cast_by_autocast else None)
             g = grad.float() if mode == "improve_precision" and grad.dtype in perturb.LOW else grad
             return original, grads(pargs, pkw, g, ac_on and mode not in ("improve_precision", "to_cpu"))
 

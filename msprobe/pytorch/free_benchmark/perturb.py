@@ -126,18 +126,24 @@ def has_low(args, kwargs):
     return any(t.dtype in LOW for t in tensors((args, kwargs)))
 
 
-def upcast(obj):
-    return map_tensors(obj, lambda t: t.float() if t.dtype in LOW else t)
+def upcast(obj, autocast_dtype=None):
+    """fp16/bf16 tensors as float32.  ``autocast_dtype``: the call ran under autocast, which cast its float32
+    inputs to that dtype: they are rounded to it first, so that the re-run sees the values the op saw and only
+    the op's own arithmetic is raised to float32."""
+    if autocast_dtype is None:
+        return map_tensors(obj, lambda t: t.float() if t.dtype in LOW else t)
+    return map_tensors(obj, lambda t: t.float() if t.dtype in LOW else
+                       (t.to(autocast_dtype).float() if t.dtype == torch.float32 else t))
 
 
 def to_cpu(obj):
     return map_tensors(obj, lambda t: (t.detach().cpu().float() if t.dtype in LOW else t.detach().cpu()))
 
 
-def perturb(mode, args, kwargs, upcast_kwargs=True):
+def perturb(mode, args, kwargs, upcast_kwargs=True, autocast_dtype=None):
     """The perturbed (args, kwargs) for ``mode``; improve_precision and to_cpu change every float input."""
     if mode == "improve_precision":
-        return upcast(args), (upcast(kwargs) if upcast_kwargs else kwargs)
+        return upcast(args, autocast_dtype), (upcast(kwargs, autocast_dtype) if upcast_kwargs else kwargs)
     if mode == "to_cpu":
         return to_cpu(args), to_cpu(kwargs)
     if mode == "no_change":
