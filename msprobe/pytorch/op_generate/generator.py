@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import orjson
 
 from msprobe.core.errors import MsprobeError
-from msprobe.core.acc_check import standards
+from msprobe.core.acc_check import op_standards, standards
 from msprobe.core.acc_check.plan import absolute_data_names, tensor_dir
 from msprobe.core.fileio import atomic_write, check_path, ensure_output_dir, load_dump_json, load_json, safe_name
 
@@ -486,18 +486,22 @@ def _src(obj: Any, indent: int) -> str:
     return repr(obj)
 
 
-def runtime_source() -> str:
-    """The code every script carries: the imports and runtime of runtime.py with the standards lists of
-    standards.py pasted in place of its msprobe import (so the script needs no msprobe)."""
-    with open(STANDARDS_FILE, "r", encoding="utf-8") as fh:
-        lists = fh.read()
-    lists = lists[lists.index('"""', 3) + 3:].strip("\n") + "\n"  # drop the module docstring
-    with open(RUNTIME_FILE, "r", encoding="utf-8") as fh:
+def runtime_source(runtime_file: str = RUNTIME_FILE) -> str:
+    """The code every script carries: the imports and runtime of ``runtime_file`` with the standards lists
+    of standards.py and the metrics and verdicts of op_standards.py pasted in place of its msprobe imports
+    (so the script needs no msprobe).  The MindSpore runtime is pasted the same way."""
+    with open(runtime_file, "r", encoding="utf-8") as fh:
         runtime = fh.read()
-    marker = "from msprobe.core.acc_check.standards import *  # msprobe-only\n"
-    if marker not in runtime:
-        raise RuntimeError("runtime.py lost its standards import marker")
-    return runtime.replace(marker, lists)
+    for module in (standards, op_standards):
+        with open(module.__file__, "r", encoding="utf-8") as fh:
+            text = fh.read()
+        text = text[text.index('"""', 3) + 3:].strip("\n") + "\n"  # drop the module docstring
+        text = "".join(line for line in text.splitlines(True) if not line.rstrip().endswith("# msprobe-only"))
+        marker = f"from {module.__name__} import *  # msprobe-only\n"
+        if marker not in runtime:
+            raise RuntimeError(f"{os.path.basename(runtime_file)} lost its {module.__name__} import marker")
+        runtime = runtime.replace(marker, text)
+    return runtime
 
 
 def standard_of(func: str) -> str:

@@ -15,6 +15,7 @@ except ImportError:
     sys.exit("error: this script needs PyTorch: pip install torch (on Ascend also torch_npu)")
 
 from msprobe.core.acc_check.standards import *  # msprobe-only
+from msprobe.core.acc_check.op_standards import *  # msprobe-only
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -315,193 +316,61 @@ def input_grads(out, grads, leaves):
     return list(res)
 
 
-# ---- metrics ----
+# ---- metrics: the framework-free precision standards (msprobe/core/acc_check/op_standards.py, pasted
+# above in a generated script) applied to numpy copies of the outputs ----
 
-EPS = {torch.float32: 2.0 ** -23, torch.float64: 2.0 ** -52}
-ABS_THRESHOLDS = {torch.float16: (1e-3, 1e-3, 1e-5), torch.bfloat16: (4e-3, 1e-3, 1e-5)}  # rtol, small, atol
-ABS_DEFAULT = (1e-6, 1e-6, 1e-9)
-BENCH_THRESHOLDS = {torch.float16: (1e-3, 1e-5), torch.bfloat16: (1e-3, 1e-5)}  # small value, atol
-BENCH_DEFAULT = (1e-6, 1e-9)
-ULP_PARAMS = {torch.float16: (-14, 10), torch.bfloat16: (-126, 7)}  # min exponent, mantissa bits
-ULP_DEFAULT = (-126, 23)
-MIN_ERR = {torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}
-MIN_ERR_DEFAULT = 2.0 ** -14
-# benchmark ratio bands (pass <= first, warning <= second, else error), as documented
-BENCH_BANDS = {"Small Value Error Proportion": (1, 2), "Maximum Relative Error": (1, 10),
-               "Mean Relative Error": (1, 2), "Root Mean Squared Error": (1, 2), "Error Balance": (1, 2)}
-# Error Balance is a count proportion that swings by 1/numel per element, so on small outputs it is noise;
-# like the reference's api_precision_compare its verdict is shown but left out of the final verdict.
-INFO_ONLY = frozenset(["Error Balance"])
+_WIDEN = tuple(d for d in (torch.bfloat16, getattr(torch, "float8_e4m3fn", None), getattr(torch, "float8_e5m2", None))
+               if d is not None)
 
 
-def _errors(d, b):
-    d64, b64 = d.to(torch.float64), b.to(torch.float64)
-    finite = torch.isfinite(d64) & torch.isfinite(b64)
-    ae = (d64 - b64).abs()
-    eps = EPS.get(b.dtype, 2.0 ** -23)
-    re = ae / (b64.abs() + eps)
-    # a non-finite value must be the same non-finite value on both sides
-    nonfinite = ~torch.isfinite(b64) | ~torch.isfinite(d64)
-    same = (d64 == b64) | (torch.isnan(d64) & torch.isnan(b64))
-    mismatch = int((nonfinite & ~same).sum())
-    return d64, b64, finite, ae, re, mismatch
+def to_numpy(t):
+    """A tensor's values as a numpy array (bfloat16 / float8 widened exactly to float32)."""
+    t = t.detach().cpu()
+    if t.dtype in _WIDEN:
+        t = t.to(torch.float32)
+    elif t.dtype == getattr(torch, "complex32", None):
+        t = t.to(torch.complex64)
+    return t.resolve_conj().resolve_neg().numpy()
 
 
 def binary_metrics(d, b):
-    same = (d == b) | (torch.isnan(d) & torch.isnan(b)) if d.is_floating_point() else (d == b)
-    return {"Error Rate": float((~same).sum()) / d.numel()}
+    return metrics_binary(to_numpy(d), to_numpy(b))
 
 
 def absolute_metrics(d, b, dev_dtype):
-    rtol, small_value, atol = ABS_THRESHOLDS.get(dev_dtype, ABS_DEFAULT)
-    d64, b64, finite, ae, re, mismatch = _errors(d, b)
-    small = finite & (b64.abs() <= small_value)
-    normal = finite & ~small
-    n_normal, n_small = int(normal.sum()), int(small.sum())
-    return {
-        "Relative Error Ratio": float((re[normal] > rtol).sum()) / n_normal if n_normal else 0.0,
-        "Absolute Error Ratio": float((ae[small] > atol).sum()) / n_small if n_small else 0.0,
-        "Inf/NaN Mismatch Proportion": mismatch / d.numel(),
-    }
+    return metrics_absolute(to_numpy(d), to_numpy(b), dtype_name(dev_dtype))
 
 
 def ulp_errors(d, b, dev_dtype, scale=None):
-    """|d - b| in units in the last place of the golden b (the reference's formula).  ``scale``: the
-    magnitude of the terms each element sums (the API run on the absolute values of its inputs); the
-    ULP is then taken at max(|b|, scale), so rounding noise of a sum that cancels to ~0 is measured
-    against what its terms explain (|fl(AB) - AB| <= gamma_K |A||B|), not against the cancelled result."""
-    min_exp, mantissa = ULP_PARAMS.get(dev_dtype, ULP_DEFAULT)
-    calc = torch.float64 if dev_dtype not in LOW_PRECISION else torch.float32
-    dc, bc = d.to(calc), b.to(calc)
-    absb = bc.abs()
-    if scale is not None:
-        absb = torch.maximum(absb, torch.nan_to_num(scale.to(calc).abs(), nan=0.0, posinf=0.0))
-    exp = torch.where(absb == 0, torch.zeros_like(absb), torch.floor(torch.log2(absb)))
-    exp = exp.clamp(min=min_exp)
-    return ((dc - bc) * torch.pow(2.0, mantissa - exp)).abs()
+    return torch.from_numpy(errors_ulp(to_numpy(d), to_numpy(b), dtype_name(dev_dtype),
+                                       None if scale is None else to_numpy(scale)))
 
 
 def ulp_metrics(d, b, dev_dtype, scale=None):
-    ulp = ulp_errors(d, b, dev_dtype, scale)
-    finite = torch.isfinite(ulp)
-    limit = 1 if dev_dtype in LOW_PRECISION else 32
-    vals = ulp[finite]
-    return {
-        "Maximum ULP Error": float(vals.max()) if vals.numel() else 0.0,
-        "Mean ULP Error": float(vals.mean()) if vals.numel() else 0.0,
-        "ULP Error Proportion": float((ulp > limit).sum() + (~finite).sum()) / ulp.numel(),
-    }
+    return metrics_ulp(to_numpy(d), to_numpy(b), dtype_name(dev_dtype), None if scale is None else to_numpy(scale))
 
 
 def thousandth_metrics(d, b):
-    _, _, finite, _, re, mismatch = _errors(d, b)
-    return {"Thousandth ratio": float(((re < 0.001) & finite).sum()) / d.numel(),
-            "Inf/NaN Mismatch Proportion": mismatch / d.numel()}
+    return metrics_thousandth(to_numpy(d), to_numpy(b))
 
 
 def benchmark_metrics(d, b, dev_dtype):
-    small_value, atol = BENCH_THRESHOLDS.get(dev_dtype, BENCH_DEFAULT)
-    d64, b64, finite, ae, re, mismatch = _errors(d, b)
-    small = finite & (b64.abs() <= small_value)
-    normal = finite & ~small
-    n_normal, n_small = int(normal.sum()), int(small.sum())
-    return {
-        "Small Value Error Proportion": float((ae[small] > atol).sum()) / n_small if n_small else 0.0,
-        "Maximum Relative Error": float(re[normal].max()) if n_normal else 0.0,
-        "Mean Relative Error": float(re[normal].sum()) / n_normal if n_normal else 0.0,
-        "Root Mean Squared Error": math.sqrt(float((ae[normal] ** 2).sum()) / n_normal) if n_normal else 0.0,
-        "Error Balance": abs(int((d64 > b64).sum()) - int((d64 < b64).sum())) / d.numel(),
-        "Inf/NaN Mismatch Proportion": mismatch / d.numel(),
-    }
+    return metrics_benchmark(to_numpy(d), to_numpy(b), dtype_name(dev_dtype))
+
+
+def metrics_for(standard, d, b, dev_dtype, scale=None):
+    return metrics_of(standard, to_numpy(d), to_numpy(b), dtype_name(dev_dtype),
+                      None if scale is None else to_numpy(scale))
 
 
 def ratio(x, y, dev_dtype):
     """Device metric over the reference implementation's metric, floored like the reference tool."""
-    return abs(x) / max(abs(y), MIN_ERR.get(dev_dtype, MIN_ERR_DEFAULT))
+    return ratio_of(x, y, dtype_name(dev_dtype))
 
 
 def judge(standard, dev_dtype, m, ref=None):
-    """Metric rows (name, value, ratio, verdict) and the worst verdict for one output.
-
-    ``m``: the device-vs-benchmark metrics; ``ref``: the same metrics of the reference implementation
-    (the API in the device dtype on the CPU), used by the ratio-based benchmark and ULP rules."""
-    rows = []
-    if standard == "binary":
-        rows.append(("Error Rate", m["Error Rate"], "", "pass" if m["Error Rate"] == 0 else "error"))
-    elif standard == "absolute":
-        for key in ("Relative Error Ratio", "Absolute Error Ratio"):
-            rows.append((key, m[key], "", "pass" if m[key] == 0 else "error"))
-    elif standard == "ulp":
-        prop, mean = m["ULP Error Proportion"], m["Mean ULP Error"]
-        r = prop / ref["ULP Error Proportion"] if ref is not None and ref["ULP Error Proportion"] > 0 else None
-        beats_ref = r is not None and r < 1
-        if dev_dtype in LOW_PRECISION:
-            ok = prop < 0.001 or beats_ref
-        else:
-            ok = mean < 64 or prop < 0.05 or beats_ref
-        rows.append(("Maximum ULP Error", m["Maximum ULP Error"], "", ""))
-        rows.append(("Mean ULP Error", mean, "", ""))
-        rows.append(("ULP Error Proportion", prop, "" if r is None else r, "pass" if ok else "error"))
-    elif standard == "thousandth":
-        v = m["Thousandth ratio"]
-        rows.append(("Thousandth ratio", v, "", "pass" if v > 0.999 else "error"))
-    else:
-        for key, (warn, err) in BENCH_BANDS.items():
-            if ref is None:
-                rows.append((key, m[key], "", ""))
-                continue
-            r = ratio(m[key], ref[key], dev_dtype)
-            verdict = "pass" if (math.isnan(r) or r <= warn) else ("warning" if r <= err else "error")
-            if key in INFO_ONLY:
-                verdict += " (info)"
-            rows.append((key, m[key], r, verdict))
-    if "Inf/NaN Mismatch Proportion" in m:
-        v = m["Inf/NaN Mismatch Proportion"]
-        rows.append(("Inf/NaN Mismatch Proportion", v, "", "pass" if v == 0 else "error"))
-    return rows, worst([r[-1] for r in rows])
-
-
-def worst(verdicts):
-    """The worst verdict; '... (info)' verdicts are shown but do not count."""
-    order = {"": 0, "pass": 1, "warning": 2, "error": 3}
-    best = max(verdicts, key=lambda v: order.get(v, 0), default="")
-    return best or "pass"
-
-
-def metrics_for(standard, d, b, dev_dtype, scale=None):
-    if standard == "binary":
-        return binary_metrics(d, b)
-    if standard == "absolute":
-        return absolute_metrics(d, b, dev_dtype)
-    if standard == "ulp":
-        return ulp_metrics(d, b, dev_dtype, scale)
-    if standard == "thousandth":
-        return thousandth_metrics(d, b)
-    return benchmark_metrics(d, b, dev_dtype)
-
-
-def fmt(v):
-    if isinstance(v, float):
-        if v != v or v in (float("inf"), float("-inf")):
-            return str(v)
-        return f"{v:.6g}"
-    return str(v)
-
-
-def table(rows):
-    """A grid table of (metric, value, ratio, verdict) rows; the ratio column only when used."""
-    with_ratio = any(r[2] != "" for r in rows)
-    headers = ("Metric", "Value", "Ratio", "Verdict") if with_ratio else ("Metric", "Value", "Verdict")
-    cells = [headers]
-    for name, value, r, verdict in rows:
-        cells.append((str(name), fmt(value), fmt(r), str(verdict)) if with_ratio else (str(name), fmt(value), str(verdict)))
-    widths = [max(len(c[i]) for c in cells) for i in range(len(headers))]
-    line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
-    out = [line]
-    for i, c in enumerate(cells):
-        out.append("| " + " | ".join(x.ljust(w) for x, w in zip(c, widths)) + " |")
-        out.append(line.replace("-", "=") if i == 0 else line)
-    return "\n".join(out)
+    """Metric rows (name, value, ratio, verdict) and the worst verdict for one output (see judge_metrics)."""
+    return judge_metrics(standard, dtype_name(dev_dtype), m, ref)
 
 
 def assess_output(standard, d, b, ref, autocast=None, scale=None):
@@ -511,7 +380,8 @@ def assess_output(standard, d, b, ref, autocast=None, scale=None):
 
     ``ref``: the reference implementation's output (None when the device is the CPU); ``autocast``: the
     dtype the call computed in, which sets the thresholds for float32 outputs of an autocast call;
-    ``scale``: the output of the API on the absolute values of its inputs (ULP standard, see ulp_errors)."""
+    ``scale``: the output of the API on the absolute values of its inputs (ULP standard, see ulp_errors).
+    The metrics and verdicts are those of op_standards.assess_arrays, on numpy copies."""
     if d is None and b is None:
         return {"verdict": "pass", "message": "no gradient on either side (input unused)"}
     if type(d) is not type(b):
@@ -522,41 +392,26 @@ def assess_output(standard, d, b, ref, autocast=None, scale=None):
         return {"verdict": "error", "message": f"ERROR: out_device and out_bench is not equal! ({d!r} vs {b!r})"}
     d = d.detach().cpu()
     b = b.detach().cpu()
-    if d.shape != b.shape:
-        return {"verdict": "error", "message": "ERROR: shape of out_device and out_bench is not equal!"}
-    if d.numel() == 0:
-        return {"verdict": "pass", "message": "empty output: nothing to compare"}
-    fam = lambda t: "float" if (t.is_floating_point() or t.is_complex()) else ("bool" if t.dtype == torch.bool else "int")
-    if fam(d) != fam(b):
-        return {"verdict": "error", "message": f"ERROR: dtype family of out_device ({d.dtype}) and out_bench ({b.dtype}) differs!"}
-    std = standard if fam(d) == "float" else "binary"
-    if d.is_complex():
+    if d.is_complex() and b.is_complex():
         d, b = torch.view_as_real(d), torch.view_as_real(b)
     judged = autocast if (autocast is not None and d.dtype == torch.float32) else d.dtype
-    if not (std == "ulp" and isinstance(scale, torch.Tensor) and scale.shape == b.shape
-            and scale.is_floating_point()):
-        scale = None
-    else:
-        scale = scale.detach().cpu()
-    m = metrics_for(std, d, b, judged, scale)
-    if std in ("benchmark", "ulp"):
-        if ref is not None and isinstance(ref, torch.Tensor) and ref.shape == b.shape and fam(ref) == "float":
+    r = None
+    if d.is_floating_point() and b.is_floating_point() and d.shape == b.shape:
+        if ref is not None and isinstance(ref, torch.Tensor) and ref.shape == (b.shape if not ref.is_complex()
+                                                                                else b.shape[:-1]):
             r = ref.detach().cpu()
             r = torch.view_as_real(r) if r.is_complex() else r
-        else:  # no second implementation: the benchmark correctly rounded to the device precision
+            r = r if r.is_floating_point() else None
+        if r is None:  # no second implementation: the benchmark correctly rounded to the device precision
             r = b.to(judged)
-        ref_m = metrics_for(std, r, b, judged, scale)
-    else:
-        ref_m = None
-    head = [("Shape", list(d.shape), "", ""), ("Dtype of out_device", d.dtype, "", ""),
-            ("Dtype of out_bench", b.dtype, "", ""), ("Compare Standard", STANDARD_TITLES[std], "", "")]
-    if judged != d.dtype:
-        head.append(("Thresholds of", f"{judged} (computed under autocast)", "", ""))
-    if scale is not None:
-        head.append(("ULP taken at", "max(|out_bench|, API on |inputs|)", "", ""))
-    rows, verdict = judge(std, judged, m, ref_m)
-    return {"verdict": verdict, "head": head, "rows": rows, "metrics": m, "standard": std, "judged": judged,
-            "device": d, "bench": b}
+    sc = scale.detach().cpu() if isinstance(scale, torch.Tensor) else None
+    res = assess_arrays(standard, to_numpy(d), to_numpy(b), None if r is None else to_numpy(r),
+                        judged=dtype_name(judged), device_dtype=str(d.dtype), bench_dtype=str(b.dtype),
+                        judged_text=f"{judged} (computed under autocast)" if judged != d.dtype else None,
+                        scale=None if sc is None or not sc.is_floating_point() else to_numpy(sc))
+    if "rows" in res:
+        res.update(judged=judged, device=d, bench=b)
+    return res
 
 
 def compare_output(k, standard, d, b, ref, autocast=None, scale=None):
