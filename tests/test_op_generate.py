@@ -390,8 +390,9 @@ def test_config_not_an_object_and_unsupported_type(tmp_path, dumps, capsys):
     rc, _ = generate(tmp_path, other, "Distributed.all_reduce.0")
     assert rc == 2
     assert "type 'Distributed' is not supported" in _err(capsys)
-    rc = main(["-f", "mindspore", "op_generate", "-i", str(cfg), "-o", str(tmp_path / "o")])
-    assert rc == 2 and "PyTorch APIs only" in _err(capsys)
+    _, torch_cfg = generate(tmp_path, dumps["statistics"], "Tensor.reshape.0", out="o2")
+    rc = main(["-f", "mindspore", "op_generate", "-i", str(torch_cfg), "-o", str(tmp_path / "o")])
+    assert rc == 2 and "is a PyTorch dump" in _err(capsys)  # MindSpore op_generate: tests/test_op_generate_mindspore.py
 
 
 def test_results_are_never_overwritten(tmp_path, dumps, capsys):

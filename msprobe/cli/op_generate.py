@@ -1,9 +1,11 @@
-"""Write a standalone script that reproduces one API from a PyTorch dump and judges it by the precision standards.
+"""Write a standalone script that reproduces one API from a PyTorch or MindSpore dump and judges it by the precision standards.
 
-The script rebuilds the API's inputs (random data from the recorded statistics, or the recorded .pt
-tensors), runs the API on the device (NPU, else CUDA, else CPU) and on the CPU in higher precision,
-and prints the metrics of the API's standard (binary consistency, absolute threshold, ULP error,
-thousandth ratio or benchmark) with a pass / warning / error verdict.
+The script rebuilds the API's inputs (random data from the recorded statistics, or the recorded .pt /
+.npy tensors), runs the API on the device (PyTorch: NPU, else CUDA, else CPU; MindSpore: Ascend, else
+GPU, else CPU) and again in higher precision, and prints the metrics of the API's standard (binary
+consistency, absolute threshold, ULP error, thousandth ratio or benchmark) with a pass / warning / error
+verdict.  -f mindspore (or a dump.json whose "framework" is "mindspore") writes a MindSpore script for
+Mint.* / MintFunctional.* / Functional.* (mindspore.ops) / Tensor.* APIs.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ EPILOG = """config_op.json:
 examples:
   msprobe -f pytorch op_generate -i config_op.json -o out     writes out/Functional.softmax.0.forward.py
   python out/Functional.softmax.0.forward.py                  run it (exit 1 when a verdict is error)
+  msprobe -f mindspore op_generate -i config_op.json -o out   api_name e.g. Mint.matmul.0: writes
+                                                              out/Mint.matmul.0.forward.py (needs MindSpore to run)
 """
 
 
@@ -29,12 +33,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from msprobe.core.errors import MsprobeError
     from msprobe.pytorch.op_generate.generator import generate, load_config
 
-    if args.framework == "mindspore":
-        raise MsprobeError("op_generate reproduces PyTorch APIs only; use '-f pytorch op_generate' (or no -f)")
     cfg = load_config(args.config_input, args.api_output_path)
+    framework = args.framework
+    if framework is None:  # no -f: the dump.json's own "framework" field decides
+        from msprobe.mindspore.op_generate.generator import dump_framework
+
+        framework = "mindspore" if dump_framework(cfg.dump_json_path) in ("mindspore", "ms") else "pytorch"
+    if framework == "mindspore":
+        from msprobe.mindspore.op_generate.generator import generate
     res = generate(cfg)
     c = res.case
     if cfg.dump_json_path:
