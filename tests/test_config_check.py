@@ -340,6 +340,62 @@ def test_public_import_paths_do_not_import_torch():
     assert res.stdout.strip() == "False"
 
 
+MS_PY = ROOT / ".venv-ms" / "bin" / "python"
+MS_SCRIPT = """
+import sys
+from msprobe.core.config_check import ConfigChecker
+ConfigChecker.apply_patches("mindspore")
+import mindspore as ms
+ms.set_context(mode=ms.PYNATIVE_MODE)
+ms.set_seed(0)
+net = ms.nn.Dense(4, 2)
+ConfigChecker(model=net, output_zip_path=sys.argv[1], fmk="mindspore")
+for step in range(2):
+    y = net(ms.ops.randn(3, 4))
+"""
+
+
+def test_mindspore_dynamic_pack(tmp_path):
+    """The MindSpore adapter for real, in .venv-ms (MindSpore 2.10 CPU, PyNative)."""
+    if not MS_PY.exists():
+        pytest.skip(".venv-ms not found: run `make ms-venv` to build the MindSpore venv")
+    script = tmp_path / "train_ms.py"
+    script.write_text(MS_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PYTHONPATH"] = str(ROOT)
+    res = subprocess.run([str(MS_PY), str(script), str(tmp_path / "ms.zip")], cwd=str(tmp_path), env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-4000:]
+    with zipfile.ZipFile(tmp_path / "ms.zip") as zf:
+        names = set(zf.namelist())
+        weights = json.loads(zf.read("weights/step0/rank0/weight.json"))
+        randoms = json.loads(zf.read("random/rank0.json"))
+    assert {"dataset/step0/rank0/dataset.json", "dataset/step1/rank0/dataset.json", "random/step1/rank0.json"} <= names
+    assert set(weights) == {"weight", "bias"} and set(weights["weight"]) == {"max", "min", "mean", "norm"}
+    assert "mindspore.set_seed" in randoms and "mindspore.ops.randn" in randoms
+    out = tmp_path / "res"
+    assert _cli("-f", "mindspore", "config_check", "-c", str(tmp_path / "ms.zip"), str(tmp_path / "ms.zip"),
+                "-o", str(out)) == 0
+    assert {r["pass_check"] for r in _sheets(out / "result.xlsx")["summary"]} == {"pass"}
+
+
+def test_random_steps_compared_only_between_msprobe_packs():
+    from msprobe.core.config_check import pack as P
+    from msprobe.core.config_check.checkers import compare_random
+
+    stack = ["File /x/train.py, line 3, in main, torch.rand(1)"]
+    first = P.to_json({"torch.rand": [{"count": 1, "stack": stack}]})
+    later = P.to_json({"torch.rand": [{"count": 1, "stack": stack}]})
+    marker = P.to_json({"writer": "msprobe"})
+    ours_more = P.Pack("a.zip", {P.MARKER: marker, "random/rank0.json": first, "random/step1/rank0.json": later})
+    ours_less = P.Pack("b.zip", {P.MARKER: marker, "random/rank0.json": first})
+    reference = P.Pack("c.zip", {"random/rank0.json": first})
+    res = compare_random(ours_more, ours_less)  # a random call more in step 1: an error
+    assert res.verdict == "error" and [r[4:] for r in res.rows] == [[2, 1, False]]
+    res = compare_random(ours_more, reference)  # the reference's pack only covers up to the first forward
+    assert res.verdict == "pass" and [r[4:] for r in res.rows] == [[1, 1, True]]
+
+
 # ------------------------------------------------------------------------------------------ bad input
 @pytest.mark.parametrize("case", ["not_zip", "zip_not_pack", "missing", "traversal"])
 def test_bad_packs_one_line(tmp_path, monkeypatch, capsys, case):

@@ -55,7 +55,10 @@ def _make_parent(path: str) -> None:
 
 def base_entries(shell_path: Optional[List[str]]) -> Dict[str, bytes]:
     """env, pip and (when scripts are given and parse) hyperparameters_static.json."""
-    entries = {P.ENV: P.to_json(collect_env())}
+    from msprobe import __version__
+
+    entries = {P.MARKER: P.to_json({"writer": "msprobe", "version": __version__})}
+    entries[P.ENV] = P.to_json(collect_env())
     log("add env args to zip")
     entries[P.PIP] = collect_pip().encode("utf-8")
     log("add pip info to zip")

@@ -333,10 +333,13 @@ def stacks_match(a: List[str], b: List[str], threshold: float = SIMILARITY_THRES
     return True
 
 
-def merged_random(pack: P.Pack) -> Dict[int, Dict[str, list]]:
-    """{rank: {op: [{"count", "stack"}]}}: the calls up to the first forward plus those of later steps."""
+def merged_random(pack: P.Pack, first_only=frozenset()) -> Dict[int, Dict[str, list]]:
+    """{rank: {op: [{"count", "stack"}]}}: the calls up to the first forward plus those of later steps
+    (msprobe's ``random/step{S}/rank{R}.json``), or only the former for the ranks in ``first_only``."""
     out: Dict[int, Dict[str, list]] = {}
     for rank, names in P.random_files(pack).items():
+        if rank in first_only:
+            names = [n for n in names if "/step" not in n]
         ops: Dict[str, list] = {}
         for name in names:
             data = pack.json(name)
@@ -360,7 +363,10 @@ def merged_random(pack: P.Pack) -> Dict[int, Dict[str, list]]:
 
 
 def compare_random(bench_pack: P.Pack, cmp_pack: P.Pack) -> CheckResult:
-    bench_all, cmp_all = merged_random(bench_pack), merged_random(cmp_pack)
+    # a pack of the reference's (no per-step random files) is compared on the calls up to the first forward
+    both_steps = bench_pack.has(P.MARKER) and cmp_pack.has(P.MARKER)
+    first_only = frozenset() if both_steps else frozenset(set(P.random_files(bench_pack)) | set(P.random_files(cmp_pack)))
+    bench_all, cmp_all = merged_random(bench_pack, first_only), merged_random(cmp_pack, first_only)
     rows = []
     for rank in sorted(set(bench_all) | set(cmp_all)):
         bench_ops, cmp_ops = bench_all.get(rank, {}), cmp_all.get(rank, {})

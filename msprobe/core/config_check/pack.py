@@ -10,6 +10,8 @@ Layout (the reference's names, so that packs travel both ways)::
     dataset/step{S}/rank{R}/dataset.json         {"args": {...}, "kwargs": {...}} stats of forward S's inputs
     random/rank{R}.json                          {op: [{"count", "stack"}]} random calls up to the first forward
     random/step{S}/rank{R}.json                  (msprobe) random calls made since the previous forward
+    msprobe_pack.json                            (msprobe) {"writer": "msprobe", "version": ...}: this pack
+                                                 has the per-step random files (the reference ignores it)
 
 Reading (:func:`read_pack`) never extracts blindly: member names must be relative and stay inside the
 pack, sizes are bounded, and a zip holding none of the known entries is refused as "not a pack".
@@ -33,6 +35,7 @@ HYPER_FILES = ("hyperparameters_static.json", "hyperparameters_dynamic.json")
 WEIGHTS = "weights"
 DATASET = "dataset"
 RANDOM = "random"
+MARKER = "msprobe_pack.json"
 TOP_LEVEL = (ENV, PIP, HYPER_DIR, WEIGHTS, DATASET, RANDOM)
 
 #: limits of what a pack may hold (a pack of a large run is tens of MB; anything far beyond is refused)
