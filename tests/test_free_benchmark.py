@@ -25,9 +25,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.fixture(autouse=True)
 def _fresh_debugger():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)           # tiny tensors: one thread is faster, and the same on every machine
     PrecisionDebugger._reset_for_tests()
     yield
     PrecisionDebugger._reset_for_tests()
+    torch.set_num_threads(threads)
 
 
 # ---------------------------------------------------------------------------------------------- the model
