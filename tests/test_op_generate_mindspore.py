@@ -135,11 +135,33 @@ def _fp16_square_extract(tmp_path):
     return tmp_path / "out" / "Functional.square.7.forward.py"
 
 
+def _real_data_matmul(tmp_path):
+    """A tensor-mode MindSpore dump (.npy files) of mint.matmul: real_data loads the recorded arrays."""
+    import numpy as np
+
+    d = tmp_path / "tensor_dump"
+    d.mkdir()
+    a = np.random.RandomState(1).randn(3, 4).astype(np.float32)
+    b = np.random.RandomState(2).randn(4, 5).astype(np.float32)
+    recs = []
+    for name, x in (("a.npy", a), ("b.npy", b), ("o.npy", a @ b)):
+        np.save(d / name, x)
+        recs.append({"type": "mindspore.Tensor", "dtype": "Float32", "shape": list(x.shape), "Max": float(x.max()),
+                     "Min": float(x.min()), "Mean": float(x.mean()), "data_name": name})
+    (d / "dump.json").write_text(json.dumps({
+        "task": "tensor", "level": "L1", "framework": "mindspore", "dump_data_dir": str(d),
+        "data": {"Mint.matmul.3.forward": {"input_args": recs[:2], "input_kwargs": {}, "output": recs[2:]}}}))
+    assert _generate(tmp_path, d / "dump.json", "Mint.matmul.3", framework=None, data_mode="real_data") == 0
+    assert f"file={str(d / 'a.npy')!r}" in (tmp_path / "out" / "Mint.matmul.3.forward.py").read_text()
+    return "Mint.matmul.3.forward.py"
+
+
 def test_scripts_run_in_ms_venv(tmp_path, capsys):
     dump = _dump()
     for api, prop, _ in APIS:
         assert _generate(tmp_path, dump, api, prop) == 0
     bad = _fp16_square_extract(tmp_path)
+    real = _real_data_matmul(tmp_path)
     scripts = sorted((tmp_path / "out").glob("*.py"))
     results = _run_in_ms_venv(scripts, tmp_path)
     for api, prop, standard in APIS:
@@ -155,6 +177,10 @@ def test_scripts_run_in_ms_venv(tmp_path, capsys):
     # backward: the gradients of both matmul inputs, recorded shapes [2, 16] and [16, 16]
     _, mm = results["Mint.matmul.0.backward.py"]
     assert "index 1:" in mm and "| Shape                | [16, 16]" in mm
+    rc, text = results[real]
+    assert rc == 0 and "random data" not in text and "on CPU, benchmark on CPU in float64, real data" in text
+    assert "output 0 is identical to the recorded output" in text or "output 0 differs from the recorded" in text
+    assert "RESULT: PASS (Mint.matmul.3.forward, ULP error Standard)" in text
     # a real precision problem is judged error and the script exits 1
     rc, text = results[bad.name]
     assert rc == 1, text[-2000:]
