@@ -298,22 +298,46 @@ def test_dynamic_gloo_dataset_names_rank_and_step(gloo_packs):
     assert {r["pass_check"] for r in _sheets(res2 / "result.xlsx")["summary"]} == {"pass"}
 
 
-def test_dynamic_pack_of_an_earlier_run_is_refused(gloo_packs):
+def test_dynamic_pack_of_an_earlier_run_is_refused(gloo_packs, tmp_path, monkeypatch):
     pytest.importorskip("torch")
+    import shutil
+    import time
+
     import torch.nn as nn
 
     from msprobe.core.config_check import ConfigChecker
     from msprobe.core.errors import MsprobeError
 
     _, packs = gloo_packs
-    before = packs["bench"].read_bytes()
+    zip_path = tmp_path / "pack.zip"
+    shutil.copyfile(packs["bench"], zip_path)
+    before = zip_path.read_bytes()
+    monkeypatch.delenv("RANK", raising=False)
+    # a sibling rank of the same run (started before the zip was written, holding none of its entries) joins
+    monkeypatch.setenv("RANK", "2")
+    ConfigChecker(model=nn.Linear(2, 2), output_zip_path=str(zip_path), fmk="pytorch")
+    before = zip_path.read_bytes()
+    for rank in ("1", "0"):  # the zip already holds this rank's entries
+        monkeypatch.setenv("RANK", rank)
+        with pytest.raises(MsprobeError, match="earlier run"):
+            ConfigChecker(model=nn.Linear(2, 2), output_zip_path=str(zip_path), fmk="pytorch")
+    monkeypatch.delenv("RANK")
+    old = tmp_path / "old.zip"
+    shutil.copyfile(packs["bench"], old)
+    os.utime(old, (time.time() - 3600, time.time() - 3600))  # last written before this process started
     with pytest.raises(MsprobeError, match="earlier run"):
-        ConfigChecker(model=nn.Linear(2, 2), output_zip_path=str(packs["bench"]), fmk="pytorch")
-    assert packs["bench"].read_bytes() == before
+        ConfigChecker(model=nn.Linear(2, 2), output_zip_path=str(old), fmk="pytorch")
+    fresh = tmp_path / "fresh.zip"
+    ConfigChecker(model=nn.Linear(2, 2), output_zip_path=str(fresh), fmk="pytorch")
+    with pytest.raises(MsprobeError, match="earlier run"):  # a second checker of this process on the same zip
+        ConfigChecker(model=nn.Linear(2, 2), output_zip_path=str(fresh), fmk="pytorch")
+    assert zip_path.read_bytes() == before
     with pytest.raises(MsprobeError, match="ends with '.zip'"):
         ConfigChecker(model=nn.Linear(2, 2), output_zip_path="pack.tar", fmk="pytorch")
     with pytest.raises(MsprobeError, match="not torch.nn.Module"):
-        ConfigChecker(model=object(), output_zip_path=str(packs["bench"].parent / "new.zip"), fmk="pytorch")
+        ConfigChecker(model=object(), output_zip_path=str(tmp_path / "new.zip"), fmk="pytorch")
+    with pytest.raises(MsprobeError, match="fmk must be one of"):
+        ConfigChecker(output_zip_path=str(tmp_path / "new2.zip"), fmk="tensorflow")
 
 
 def test_hook_failure_never_stops_training(tmp_path):
@@ -329,6 +353,33 @@ def test_hook_failure_never_stops_training(tmp_path):
     y = model(torch.ones(2, 3))  # the forward still runs and gives the same result
     assert torch.equal(y, torch.nn.functional.linear(torch.ones(2, 3), model.weight, model.bias))
     assert checker._failed
+
+
+def test_megatron_arguments_become_hyperparameters_dynamic(tmp_path, monkeypatch):
+    from msprobe.core.config_check import checker as C
+    from msprobe.core.config_check.checkers import compare_hyper_params
+
+    pkg = tmp_path / "megatron"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "training.py").write_text(
+        "import argparse\n_ARGS = argparse.Namespace(lr=0.0001, seq_length=4096, fn=print)\n"
+        "def get_args():\n    return _ARGS\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(C, "_megatron_args", {})
+    try:
+        C.patch_megatron()
+        import megatron.training as mt
+
+        assert mt.get_args().lr == 0.0001  # unchanged for the training
+        entries = C.base_entries(None)
+    finally:
+        for name in [n for n in sys.modules if n == "megatron" or n.startswith("megatron.")]:
+            del sys.modules[name]
+    dyn = json.loads(entries["hyperparameters/hyperparameters_dynamic.json"])
+    assert dyn == {"lr": 0.0001, "seq_length": 4096, "fn": None}
+    assert compare_hyper_params(dyn, dict(dyn, lr=0.0002), "hyperparameters_dynamic.json") == [
+        ["hyperparameters_dynamic.json", "lr", "lr", "0.0001", "0.0002", "pure name", "error"]]
 
 
 def test_public_import_paths_do_not_import_torch():

@@ -15,6 +15,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from typing import Dict, List, Optional
 
 from msprobe.core.config_check import pack as P
@@ -216,6 +217,24 @@ def patch_megatron() -> None:
 
 
 # ------------------------------------------------------------------------------------ the checker
+_IMPORTED_AT = time.time()
+#: zips a ConfigChecker of this process writes (a second checker on one of them is refused)
+_used_paths: set = set()
+
+
+def _process_start() -> float:
+    """When this process started (Linux: /proc/self/stat's start time after boot), else when this module
+    was imported."""
+    try:
+        with open("/proc/self/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        with open("/proc/stat", "rb") as fh:
+            btime = next(int(line.split()[1]) for line in fh if line.startswith(b"btime"))
+        return btime + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration, AttributeError):
+        return _IMPORTED_AT
+
+
 def load_adapter(fmk: str):
     try:
         return importlib.import_module(_ADAPTERS[check_fmk(fmk)])
@@ -254,9 +273,11 @@ class ConfigChecker:
         self._failed = False
         self._random_written = None  # snapshot at the last random entry written
         self._megatron_written = False
+        self._rank_known = False
         self.rank = self._rank()
         _make_parent(self.output_zip_path)
         self._refuse_stale()
+        _used_paths.add(self.output_zip_path)
         log(f"pack result zip path {self.output_zip_path}")
         if self.rank == 0:
             entries = base_entries(shell_path)
@@ -266,29 +287,36 @@ class ConfigChecker:
             self.adapter.register_pre_hook(model, self._on_forward)
 
     def _rank(self) -> int:
+        """The process's rank: the framework's when communication is initialised, else $RANK, else 0
+        (``self._rank_known`` says whether it came from the framework or $RANK)."""
         try:
             rank = self.adapter.rank()
         except Exception:  # noqa: BLE001
             rank = None
+        self._rank_known = rank is not None
         if rank is None:
             try:
-                rank = int(os.environ.get("RANK", "0"))
-            except ValueError:
+                rank = int(os.environ["RANK"])
+                self._rank_known = True
+            except (KeyError, ValueError):
                 rank = 0
         return rank
 
     def _refuse_stale(self) -> None:
-        if not os.path.lexists(self.output_zip_path):
+        """Refuse a zip of an earlier run: one last written before this process started, or one already
+        holding this rank's entries.  The ranks of one run share the zip (they start together)."""
+        path = self.output_zip_path
+        if not os.path.lexists(path):
             return
-        if not os.path.isfile(self.output_zip_path) or os.path.islink(self.output_zip_path):
-            raise MsprobeError(f"output zip {self.output_zip_path} exists and is not a regular file; "
-                               f"choose another output_zip_path")
-        mine = [n for n in P.existing_names(self.output_zip_path)
-                if P.rank_of_entry(n) == self.rank or (self.rank == 0 and P.rank_of_entry(n) is None)]
-        if mine:
-            raise MsprobeError(f"output zip {self.output_zip_path} already holds rank {self.rank}'s entries "
-                               f"(a pack of an earlier run): remove it or choose another output_zip_path "
-                               f"(nothing is overwritten)")
+        if not os.path.isfile(path) or os.path.islink(path):
+            raise MsprobeError(f"output zip {path} exists and is not a regular file; choose another output_zip_path")
+        names = P.existing_names(path)
+        stale = os.path.getmtime(path) < _process_start() - 1.0
+        mine = self._rank_known and any(
+            P.rank_of_entry(n) == self.rank or (self.rank == 0 and P.rank_of_entry(n) is None) for n in names)
+        if stale or mine or path in _used_paths:
+            raise MsprobeError(f"output zip {path} already holds a pack of an earlier run: remove it or choose "
+                               f"another output_zip_path (nothing is overwritten)")
 
     @staticmethod
     def apply_patches(fmk="pytorch") -> None:
