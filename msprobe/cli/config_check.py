@@ -1,6 +1,14 @@
 """Compare the training configuration of two environments (env variables, packages, hyperparameters, weights, dataset, random ops).
 
-Collect a pack in each environment, then compare the two packs:
+See docs/config_check.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+EPILOG = """Collect a pack in each environment, then compare the two packs:
 
   -d [SCRIPT ...]    static pack: environment variables, installed packages and the hyperparameters of the
                      given launch scripts (.sh: torchrun / msrun / python -m torch.distributed.launch, else the
@@ -14,14 +22,8 @@ Collect a pack in each environment, then compare the two packs:
                      folders, two Megatron / MindSpeed checkpoints are compared instead into -o FILE
                      (default ./ckpt_similarity.json: l2, cos, numel, shape per parameter), loaded with
                      torch.load(weights_only=True) and never running code from the files.
-"""
 
-from __future__ import annotations
-
-import argparse
-import os
-
-EPILOG = """examples:
+examples:
   msprobe -f pytorch config_check -d train.sh config.yaml -o bench_pack.zip
   msprobe -f pytorch config_check -c bench_pack.zip cmp_pack.zip -o config_check_result
   msprobe config_check -c ckpt_dir_a ckpt_dir_b -o ckpt_similarity.json
