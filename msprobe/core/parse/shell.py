@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import cmd
-import os
 import shlex
 import sys
 from typing import List, Optional, TextIO
