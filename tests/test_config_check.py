@@ -488,6 +488,9 @@ def test_unwritable_output_one_line(tmp_path, monkeypatch, capsys):
     assert err.count("\n") == 1 and "Traceback" not in err
     assert _cli("config_check", "-d", "-o", str(tmp_path / "p.tar")) == 2
     assert "ends with '.zip'" in capsys.readouterr().err
+    assert _cli("config_check", "-vc", "a.log", "b.log") == 2  # 26.x log modes: refused in one line
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not implemented" in err
 
 
 # ------------------------------------------------------------------------------------------ checkpoints

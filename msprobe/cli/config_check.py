@@ -28,6 +28,9 @@ examples:
   msprobe -f pytorch config_check -c bench_pack.zip cmp_pack.zip -o config_check_result
   msprobe config_check -c ckpt_dir_a ckpt_dir_b -o ckpt_similarity.json
 
+The reference's 26.x log modes -vc/--verl-compare, -vv/--verl-verify and -sc/--slime-compare are refused
+in one line (not implemented).
+
 exit status: 0 when the pack or the comparison was written (whatever it found), 2 on a bad input.
 """
 
@@ -39,6 +42,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                            "hyperparameters from")
     mode.add_argument("-c", "--compare", nargs=2, metavar=("BENCH", "CMP"),
                       help="compare two packs (bench first), or two checkpoint folders")
+    # the 26.x log-based modes: refused in one line (not implemented)
+    mode.add_argument("-vc", "--verl-compare", nargs=2, metavar=("NPU_LOG", "BENCH_LOG"), help=argparse.SUPPRESS)
+    mode.add_argument("-vv", "--verl-verify", nargs="+", metavar="FILE", help=argparse.SUPPRESS)
+    mode.add_argument("-sc", "--slime-compare", nargs=2, metavar=("NPU_LOG", "BENCH_LOG"), help=argparse.SUPPRESS)
     p.add_argument("-o", "--output", metavar="PATH",
                    help="-d: the pack zip (default ./config_check_pack.zip, must end in .zip); -c: the result "
                         "folder (default ./config_check_result) or, for checkpoints, the json file "
@@ -49,6 +56,11 @@ def run(args: argparse.Namespace) -> int:
     from msprobe.core.errors import MsprobeError
 
     fmk = getattr(args, "framework", None)
+    for flag, dest in (("-vc/--verl-compare", "verl_compare"), ("-vv/--verl-verify", "verl_verify"),
+                       ("-sc/--slime-compare", "slime_compare")):
+        if getattr(args, dest, None) is not None:
+            raise MsprobeError(f"config_check {flag} (the reference's 26.x verl/slime log modes) is not implemented "
+                               f"in msprobe; use -d / -c")
     if args.dump is not None:
         from msprobe.core.config_check.checker import DEFAULT_ZIP, pack_static
 

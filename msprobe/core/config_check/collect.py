@@ -214,14 +214,9 @@ def hyperparameters_from_files(paths: List[str]) -> Dict[str, object]:
             else:
                 log(f"Warning: {path} is neither a shell script (.sh) nor a yaml file (.yaml); skipped")
                 continue
-        except MsprobeError as exc:
-            log(f"Warning: parsing error, skip file path: {path}, error: {exc}")
-            continue
-        except (OSError, ValueError, UnicodeError) as exc:
-            log(f"Warning: parsing error, skip file path: {path}, error: {exc}")
-            continue
-        except Exception as exc:  # noqa: BLE001 - yaml.YAMLError and friends
-            log(f"Warning: parsing error, skip file path: {path}, error: {type(exc).__name__}: {exc}")
+        except Exception as exc:  # noqa: BLE001 - MsprobeError, OSError, yaml.YAMLError ...: skipped, as the reference does
+            text = " ".join(str(exc).split())[:300]
+            log(f"Warning: parsing error, skip file path: {path}, error: {type(exc).__name__}: {text}")
             continue
         merge_hyperparameters(result, parsed)
     return result
