@@ -115,6 +115,10 @@ def test_bad_input_one_line(tmp_path, capsys):
     assert _generate(tmp_path, dump, "Primitive.relu.ReLU.0") == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "Primitive records" in err[0]
+    assert _generate(tmp_path, dump, "Cell.block.Block.forward.0") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is a module record" in err[0] and "Mint.*" in err[0], err
+    assert "APIs it called: " in err[0] and "Mint.matmul.0" in err[0], err
     assert _generate(tmp_path, dump, "Mint.nothing.0") == 2
     assert "is not in dump.json" in capsys.readouterr().err
     assert _generate(tmp_path, dump, "Functional.relu.0", data_mode="real_data") == 2

@@ -193,7 +193,7 @@ def generate(cfg: OpGenConfig) -> OpGenResult:
         raise MsprobeError(f"dump.json {cfg.dump_json_path} is a PyTorch dump (framework {fw!r}); "
                            f"use '-f pytorch op_generate' (or no -f)")
     out_dir = ensure_output_dir(cfg.output_dir)
-    entries = extract(cfg)
+    entries = extract(cfg, API_KINDS)
     src = cfg.extract_api_path if not cfg.dump_json_path else cfg.dump_json_path
     case = case_from_records(src, entries, cfg.propagation, cfg.data_mode, cfg.random_seed, cfg.iter_times,
                              cfg.api_name)

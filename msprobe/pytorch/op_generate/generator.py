@@ -120,7 +120,7 @@ def load_config(config_path: str, output_dir: str) -> OpGenConfig:
 _tensor_dir, _absolute_data_names = tensor_dir, absolute_data_names
 
 
-def extract(cfg: OpGenConfig) -> Dict[str, dict]:
+def extract(cfg: OpGenConfig, kinds: Optional[Dict[str, str]] = None) -> Dict[str, dict]:
     """The API's forward (and backward) records from dump.json, with tensor file paths made absolute.
 
     Written to extract_api_path (never replacing a different file); without dump_json_path the
@@ -133,11 +133,11 @@ def extract(cfg: OpGenConfig) -> Dict[str, dict]:
     dump = load_dump_json(cfg.dump_json_path)
     data = dump.get("data") if isinstance(dump, dict) else None
     if not isinstance(data, dict):
-        raise MsprobeError(f"dump.json {cfg.dump_json_path} has no 'data' object; pass the dump.json of a PyTorch dump")
+        raise MsprobeError(f"dump.json {cfg.dump_json_path} has no 'data' object; pass the dump.json of a dump")
     prefix = cfg.api_name + "."
     entries = {k: v for k, v in data.items() if k.startswith(prefix) and k.count(".") == cfg.api_name.count(".") + 1}
     if not entries:
-        _refuse_module_record(cfg, data)
+        _refuse_module_record(cfg, data, kinds or API_KINDS)
         bare = {k.rsplit(".", 1)[0] for k in data if k.endswith((".forward", ".backward"))}
         close = difflib.get_close_matches(cfg.api_name, sorted(bare), n=3, cutoff=0.6)
         hint = f"; close names: {', '.join(close)}" if close else ""
@@ -149,7 +149,7 @@ def extract(cfg: OpGenConfig) -> Dict[str, dict]:
     return entries
 
 
-def _refuse_module_record(cfg: OpGenConfig, data: dict) -> None:
+def _refuse_module_record(cfg: OpGenConfig, data: dict, kinds: Dict[str, str] = API_KINDS) -> None:
     """A Module/Cell name is in dump.json but is a whole module, not one API: say so, and name the APIs
     the module called (from construct.json beside dump.json) as what can be reproduced instead."""
     name = cfg.api_name
@@ -168,11 +168,11 @@ def _refuse_module_record(cfg: OpGenConfig, data: dict) -> None:
         if isinstance(parents, dict):
             wanted = set(records)
             inside = [k.rsplit(".", 1)[0] for k, parent in parents.items()
-                      if parent in wanted and k.split(".", 1)[0] in API_KINDS]
+                      if parent in wanted and k.split(".", 1)[0] in kinds]
     hint = (f"; APIs it called: {', '.join(dict.fromkeys(inside[:5]))}" if inside
             else "; pick an API it called (construct.json names them)")
     raise MsprobeError(f"'{name}' is a module record in dump.json {cfg.dump_json_path} ({records[0]}), not an "
-                       f"API; op_generate reproduces single APIs ({', '.join(k + '.*' for k in API_KINDS)}){hint}")
+                       f"API; op_generate reproduces single APIs ({', '.join(k + '.*' for k in kinds)}){hint}")
 
 
 def _write_extract(path: str, entries: Dict[str, dict]) -> None:
