@@ -1,15 +1,20 @@
 """Statistics of one tensor on its own device, as one small vector (no host transfer here).
 
-``StatPlan(ops, eps)(t)`` returns a 1-D tensor with one value per numeric op, in the config's order:
-``min``/``max`` (one ``aminmax`` pass), ``norm`` (L2), ``mean``, ``zeros`` (fraction of |x| < eps), ``nans``
-(count of NaN), ``id`` (the value of a 0-D tensor, else NaN).  Floating tensors are reduced in float32
-(float64 stays float64); integer and bool tensors are reduced as float64.  An empty tensor gives NaN for
-every op.  The monitor stacks the vectors of a step and moves them to the host once.
+``StatPlan(ops, eps)(t)`` returns a 1-D tensor of *raw* values, one per numeric op in the config's order:
+``min``/``max`` (one ``aminmax`` pass), ``norm`` as the sum of squares (one ``dot``), ``mean`` as the sum,
+``zeros`` as the count of |x| < eps, ``nans`` as the count of NaN, ``id`` the value of a 0-D tensor (else NaN).
+:meth:`StatPlan.finish` turns a whole step's matrix of raw values into the statistics on the host (numpy:
+square root, division by the element count), so the device does only the passes over the data and one
+``stack``.  Floating tensors are reduced in float32 (float64 stays float64); integer and bool tensors as
+float64.  An empty tensor gives NaN for every op.  The monitor stacks the vectors of a step and moves them
+to the host once.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
+
 
 class StatPlan:
     def __init__(self, ops, eps=1e-8):
@@ -17,9 +22,10 @@ class StatPlan:
         self.eps = float(eps)
         self.k = len(self.ops)
         self._minmax = "min" in self.ops or "max" in self.ops
+        self._cols = {op: i for i, op in enumerate(self.ops)}
 
-    @torch.no_grad()
     def __call__(self, t: torch.Tensor) -> torch.Tensor:
+        # detached: nothing here is recorded by autograd (no no_grad context needed)
         t = t.detach()
         if t.is_complex():
             t = t.abs()
@@ -27,10 +33,9 @@ class StatPlan:
             t = t.to(torch.float64)
         if t.dtype is not torch.float32 and t.dtype is not torch.float64:
             t = t.float()
-        acc = t.dtype
         n = t.numel()
         if n == 0:
-            return torch.full((self.k,), float("nan"), dtype=acc, device=t.device)
+            return torch.full((self.k,), float("nan"), dtype=t.dtype, device=t.device)
         if self._minmax:
             mn, mx = torch.aminmax(t)
         flat = t.reshape(-1)
@@ -42,12 +47,9 @@ class StatPlan:
             elif op == "max":
                 out.append(mx)
             elif op == "norm":
-                if acc is torch.float32 and flat.is_contiguous() and t.device.type == "cpu":
-                    out.append(torch.sqrt(torch.dot(flat, flat)))      # BLAS, no temporary
-                else:
-                    out.append(torch.linalg.vector_norm(flat))
+                out.append(torch.dot(flat, flat))           # sum of squares (BLAS on CPU, no temporary)
             elif op == "mean":
-                out.append(torch.sum(flat) / n)
+                out.append(torch.sum(flat))
             elif op in ("zeros", "nans"):
                 # comparisons written into a float buffer and summed: several times faster on CPU than
                 # summing the bool tensors of isnan / abs() < eps
@@ -55,16 +57,23 @@ class StatPlan:
                     buf = torch.empty_like(flat)
                 if op == "nans":
                     torch.ne(flat, flat, out=buf)
-                    out.append(torch.sum(buf))
                 else:
                     torch.abs(flat, out=buf)
                     buf.lt_(self.eps)
-                    out.append(torch.sum(buf) / n)
+                out.append(torch.sum(buf))
             elif op == "id":
                 out.append(t.reshape(()) if t.dim() == 0
-                           else torch.tensor(float("nan"), dtype=acc, device=t.device))
-        return torch.stack([x.to(acc) for x in out])
+                           else torch.tensor(float("nan"), dtype=t.dtype, device=t.device))
+        return torch.stack(out)     # every part is already of t's dtype
 
-
-def shape_dtype(t):
-    return list(t.shape), str(t.dtype)
+    def finish(self, raw: np.ndarray, numel: np.ndarray) -> np.ndarray:
+        """Raw values (rows x ops, float64) -> statistics, in place: sqrt of the sums of squares, sums and
+        counts divided by the element count."""
+        c = self._cols
+        with np.errstate(invalid="ignore", divide="ignore"):
+            if "norm" in c:
+                raw[:, c["norm"]] = np.sqrt(raw[:, c["norm"]])
+            for op in ("mean", "zeros"):
+                if op in c:
+                    raw[:, c[op]] = raw[:, c[op]] / numel
+        return raw

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import math
 import os
 import weakref
 
@@ -68,13 +69,14 @@ def _tensors(obj):
 class _Step:
     """What one collected step has gathered so far."""
 
-    __slots__ = ("index", "vecs", "meta", "cache")
+    __slots__ = ("index", "vecs", "meta", "cache", "grads")
 
     def __init__(self):
         self.index = {}    # tag -> row (a tag seen again in the step replaces its row, as the reference's dict)
         self.vecs = []     # row -> statistics vector (device tensor) or None (NaN row)
         self.meta = []     # row -> (prefix, tag, vpp, micro, call_id, shape, dtype)
         self.cache = {}    # (data_ptr, shape, stride, dtype) -> (weakref, version, vector)
+        self.grads = {}    # parameter name -> (gradient, version, vector) of its unreduced record
 
 
 class TrainerMon:
@@ -348,17 +350,34 @@ class TrainerMon:
     def _add(self, prefix, tag, vpp, micro, call_id, t):
         cur = self._cur
         if _is_tensor(t):
-            key = (t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, t.device)
-            hit = cur.cache.get(key)
-            if hit is not None and hit[0]() is not None and hit[1] == t._version:
-                vec = hit[2]
+            if prefix in ("actv", "actv_grad"):
+                # an activation seen again in the step (a module's output is the next one's input): reduced once
+                key = (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device)
+                hit = cur.cache.get(key)
+                if hit is not None and hit[0]() is not None and hit[1] == t._version:
+                    vec = hit[2]
+                else:
+                    vec = self.plan(t)
+                    cur.cache[key] = (weakref.ref(t), t._version, vec)
             else:
                 vec = self.plan(t)
-                if prefix in ("actv", "actv_grad"):
-                    cur.cache[key] = (weakref.ref(t), t._version, vec)
             meta = (prefix, tag, vpp, micro, call_id, list(t.shape), str(t.dtype))
         else:
             vec, meta = None, (prefix, tag, vpp, micro, call_id, None, None)
+        row = cur.index.get(tag)
+        if row is None:
+            row = cur.index[tag] = len(cur.vecs)
+            cur.vecs.append(vec)
+            cur.meta.append(meta)
+        else:
+            cur.vecs[row] = vec
+            cur.meta[row] = meta
+        return row
+
+    def _add_vec(self, prefix, tag, vpp, t, vec):
+        """A record whose statistics are already known (the same tensor, unchanged, reduced earlier)."""
+        cur = self._cur
+        meta = (prefix, tag, vpp, 0, -1, list(t.shape), str(t.dtype))
         row = cur.index.get(tag)
         if row is None:
             cur.index[tag] = len(cur.vecs)
@@ -421,8 +440,10 @@ class TrainerMon:
                 counts[name] = c
                 if c % self.grad_acc_steps == 0:       # the last micro step: the accumulated gradient
                     g = self._grad_of(p)
-                    self._add("grad_unreduced", N.tag(name, self.rank, "acc_grad"), _vpp(name), 0,
-                              len(self._cur.vecs), g)
+                    row = self._add("grad_unreduced", N.tag(name, self.rank, "acc_grad"), _vpp(name), 0,
+                                    len(self._cur.vecs), g)
+                    if _is_tensor(g):
+                        self._cur.grads[name] = (g, g._version, self._cur.vecs[row])
             except Exception as exc:   # noqa: BLE001
                 self._fail(f"monitor.acc_grad.{name}", exc)
         return hook
@@ -436,13 +457,21 @@ class TrainerMon:
                     self._add("param_updated", N.tag(name, self.rank, "param_updated"), _vpp(name), 0, -1, p)
             return
         state_missing = False
+        single = not self._dist()
         for name, p in self.name2param.items():
             vpp = _vpp(name)
             if cfg["wg_distribution"] and name not in self.duplicate:
                 g = self._grad_of(p)
                 if g is None:
                     log.warning("grad is None: %s, maybe something wrong happened.", name)
-                self._add("grad_reduced", N.tag(name, self.rank, "post_grad"), vpp, 0, -1, g)
+                seen = self._cur.grads.get(name) if single else None
+                if seen is not None and seen[0] is g and seen[1] == g._version:
+                    # one process: nothing reduced the gradient since its unreduced record (same tensor,
+                    # same version): the same statistics.  Across processes a collective may write it without
+                    # bumping the version, so it is always measured again there.
+                    self._add_vec("grad_reduced", N.tag(name, self.rank, "post_grad"), vpp, g, seen[2])
+                else:
+                    self._add("grad_reduced", N.tag(name, self.rank, "post_grad"), vpp, 0, -1, g)
             if cfg["param_distribution"] and p.numel():
                 self._add("param_origin", N.tag(name, self.rank, "param_origin"), vpp, 0, -1, p)
             if cfg["mv_distribution"] or cfg["mg_direction"]:
@@ -481,7 +510,8 @@ class TrainerMon:
                 host = torch.stack(vecs).to(torch.float64).cpu().numpy()
             else:
                 host = torch.stack([v.to("cpu", torch.float64) for v in vecs]).numpy()
-            vals[have] = host
+            numel = np.array([math.prod(cur.meta[i][5]) for i in have], dtype=np.float64)
+            vals[have] = self.plan.finish(host, numel)
         return cur.meta, vals
 
     def _finish_step(self):
