@@ -258,7 +258,7 @@ def test_csv_bytes_and_summary():
                 "torch.Size([8])", 1),
             Row(0, "to_cpu", "forward", 1, "Tensor.__sub__.0.forward", None, "torch.bfloat16", "torch.Size([2])")]
     data = csv_bytes(rows)
-    assert data.startswith(b"\xef\xbb\xbfrank,pert_mode,stage,step,api_name,max_rel,dtype,shape,output_index\r\n")
+    assert data.startswith(b"rank,pert_mode,stage,step,api_name,max_rel,dtype,shape,output_index\r\n")
     assert b'0,add_noise,forward,0,Functional.gelu.0.forward,0.0078125,torch.bfloat16,"torch.Size([16, 64])",\r\n' \
         in data
     assert b"Torch.max.0.forward,symbol_flipping,torch.float32,torch.Size([8]),1\r\n" in data

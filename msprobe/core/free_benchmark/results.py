@@ -2,7 +2,7 @@
 
 One file per checked step and rank, ``{dump_path}/step{N}/rank{R}/free_benchmark.csv`` (the 8.x layout), header
 ``rank,pert_mode,stage,step,api_name,max_rel,dtype,shape,output_index``, written as the reference writes it
-(UTF-8 with a byte-order mark, ``\\r\\n`` line ends, Python's ``repr`` of the float).  The file is rewritten
+(UTF-8, ``\\r\\n`` line ends, Python's ``repr`` of the float).  The file is rewritten
 whole, atomically, at every flush of the step (stop(), step(), the end of the process), so a reader never sees
 half a row and nothing recorded is lost at exit.
 """
@@ -65,7 +65,7 @@ def csv_bytes(rows) -> bytes:
     writer = csv.writer(buf, lineterminator="\r\n")
     writer.writerow(HEADER)
     writer.writerows(r.cells() for r in rows)
-    return buf.getvalue().encode("utf-8-sig")
+    return buf.getvalue().encode("utf-8")
 
 
 def write_csv(step_dir: str, rows) -> str:

@@ -283,11 +283,15 @@ class FreeBenchmark:
             return
         if perturbed is None:
             return
-        many = len(original) > 1
+        bad = []
         for j, (go, gp) in enumerate(zip(original, perturbed)):
             if go is None or gp is None or not compare.comparable(go, gp):
                 continue
             ratio = compare.ratio(go, gp, rules.BACKWARD_ABS_TOL)
             if not rules.is_consistent(ratio, rules.threshold(go.dtype, self.mode)):
-                self.results.add(Row(self.rank, self.mode, "backward", step, bname, rules.max_rel(ratio),
-                                     str(go.dtype), str(go.shape), j if many else None))
+                bad.append((j, rules.max_rel(ratio), go))
+        # as 8.x reports it: the first inconsistent input gradient on its own (no index), then every inconsistent
+        # one of the call's input gradients with its index
+        for j, (idx, rel, go) in enumerate(bad[:1] + bad):
+            self.results.add(Row(self.rank, self.mode, "backward", step, bname, rel, str(go.dtype), str(go.shape),
+                                 None if j == 0 else idx))
