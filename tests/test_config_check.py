@@ -298,6 +298,60 @@ def test_dynamic_gloo_dataset_names_rank_and_step(gloo_packs):
     assert {r["pass_check"] for r in _sheets(res2 / "result.xlsx")["summary"]} == {"pass"}
 
 
+REF_SCRIPT = """
+import sys
+import torch
+import torch.nn as nn
+from msprobe.core.config_check import ConfigChecker
+ConfigChecker.apply_patches("pytorch")
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(8, 4), nn.ReLU(), nn.Linear(4, 2))  # rank 0 of the gloo worker, one process
+ConfigChecker(model=model, output_zip_path=sys.argv[1], fmk="pytorch")
+for step in range(2):
+    x = torch.randn(3, 8, generator=torch.Generator().manual_seed(100 * step))
+    model(x).sum().backward()
+ConfigChecker.compare(sys.argv[2], sys.argv[1], sys.argv[3])  # the reference reads our pack (bench)
+"""
+
+
+def _ref_python():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_msprobe_refvenv", ROOT / "benchmarks" / "refvenv.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.ref_venv("venv833") / "bin" / "python"
+
+
+def test_packs_travel_both_ways_with_the_reference(gloo_packs, tmp_path):
+    """A dynamic pack of the reference's 8.3.3 ConfigChecker compares with ours, and its compare reads ours."""
+    ref_py = _ref_python()
+    if not ref_py.exists():
+        pytest.skip(f"the reference (mindstudio-probe 8.3.3) is not installed at {ref_py} "
+                    "($MSPROBE_REF_CACHE/venv833); build it with the venv833 line of benchmarks/README.md")
+    _, packs = gloo_packs
+    script = tmp_path / "ref_train.py"
+    script.write_text(REF_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "RANK")}
+    env["OMP_NUM_THREADS"] = "1"
+    res = subprocess.run([str(ref_py), str(script), str(tmp_path / "ref.zip"), str(packs["bench"]),
+                          str(tmp_path / "ref_result")], cwd=str(tmp_path), env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-4000:]
+    theirs = _sheets(tmp_path / "ref_result" / "result.xlsx")  # the reference on our pack
+    assert {"summary", "env", "pip", "dataset", "weights", "random"} <= set(theirs)
+    assert [r["equal"] for r in theirs["dataset"] if r["rank"] == 0] == [True, True]
+    assert all(r["equal"] is True for r in theirs["weights"] if r["rank"] == 0 and r["step"] == 0)
+    out = tmp_path / "ours"
+    assert _cli("-f", "pytorch", "config_check", "-c", str(tmp_path / "ref.zip"), str(packs["bench"]), "-o", str(out)) == 0
+    ours = _sheets(out / "result.xlsx")  # ours on the reference's pack
+    assert [s["filename"] for s in ours["summary"]] == ["env", "pip", "dataset", "weights", "random"]
+    by = {(r["step"], r["rank"]): r["equal"] for r in ours["dataset"]}
+    assert by == {(0, 0): True, (1, 0): True, (0, 1): "only cmp have", (1, 1): "only cmp have"}
+    step0 = [r for r in ours["weights"] if (r["step"], r["rank"]) == (0, 0)]
+    assert len(step0) == 4 and all(r["equal"] is True for r in step0)
+
+
 def test_dynamic_pack_of_an_earlier_run_is_refused(gloo_packs, tmp_path, monkeypatch):
     pytest.importorskip("torch")
     import shutil
