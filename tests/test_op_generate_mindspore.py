@@ -31,7 +31,7 @@ for path in sys.argv[1:]:
     sys.argv = [path]
     buf = io.StringIO()
     rc = 0
-    with contextlib.redirect_stdout(buf):
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
         try:
             runpy.run_path(path, run_name="__main__")
         except SystemExit as exc:
@@ -125,18 +125,34 @@ def test_bad_input_one_line(tmp_path, capsys):
     assert "real_data mode needs the recorded tensors" in capsys.readouterr().err
 
 
-def _fp16_square_extract(tmp_path):
-    """A hand-written extract: ops.square on float16 values up to 1000 overflows (1e6 > 65504): error."""
-    rec = {"type": "mindspore.Tensor", "dtype": "Float16", "shape": [4, 8], "Max": 1000.0, "Min": -3.0,
-           "Mean": 100.0, "Norm": 1500.0}
-    out = dict(rec, Max=1e6, Min=0.0)
-    path = tmp_path / "square16.json"
-    path.write_text(json.dumps({"Functional.square.7.forward": {"input_args": [rec], "input_kwargs": {},
-                                                                 "output": [out]}}))
-    cfg = tmp_path / "cfg16.json"
+def _t(dtype, shape, mx=2.0, mn=-2.0, mean=0.1, **extra):
+    return dict({"type": "mindspore.Tensor", "dtype": dtype, "shape": shape, "Max": mx, "Min": mn, "Mean": mean}, **extra)
+
+
+def _extract_script(tmp_path, name, args, outputs, kwargs=None):
+    """A script generated from a hand-written extract (no dump_json_path)."""
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps({f"{name}.forward": {"input_args": args, "input_kwargs": kwargs or {},
+                                                    "output": outputs}}))
+    cfg = tmp_path / f"cfg_{name}.json"
     cfg.write_text(json.dumps({"extract_api_path": str(path)}))
     assert main(["-f", "mindspore", "op_generate", "-i", str(cfg), "-o", str(tmp_path / "out")]) == 0
-    return tmp_path / "out" / "Functional.square.7.forward.py"
+    return f"{name}.forward.py"
+
+
+HAND_MADE = {
+    # ops.square on float16 values up to 1000 overflows (1e6 > 65504): a real precision problem, error
+    "Functional.square.7": ([_t("Float16", [4, 8], mx=1000.0, mn=-3.0, mean=100.0, Norm=1500.0)],
+                            [_t("Float16", [4, 8], mx=1e6, mn=0.0)], None),
+    # bfloat16 in and out, absolute threshold with the bf16 thresholds
+    "Mint.mul.4": ([_t("BFloat16", [4, 8]), _t("BFloat16", [4, 8])], [_t("BFloat16", [4, 8])], None),
+    # mindspore.mint.nn.functional, keyword arguments
+    "MintFunctional.relu.1": ([_t("Float32", [4, 8])], [_t("Float32", [4, 8])], None),
+    "Mint.sum.2": ([_t("Float16", [4, 8])], [_t("Float16", [4, 1])],
+                   {"dim": {"type": "int", "value": 1}, "keepdim": {"type": "bool", "value": True}}),
+    # a kernel the CPU backend lacks: one line, exit 2 (PyNative raises it late, when the output is used)
+    "Mint.argmax.0": ([_t("Float32", [4, 6])], [_t("Int64", [4], mx=5, mn=0)], {"dim": {"type": "int", "value": 1}}),
+}
 
 
 def _real_data_matmul(tmp_path):
@@ -164,7 +180,7 @@ def test_scripts_run_in_ms_venv(tmp_path, capsys):
     dump = _dump()
     for api, prop, _ in APIS:
         assert _generate(tmp_path, dump, api, prop) == 0
-    bad = _fp16_square_extract(tmp_path)
+    hand = {name: _extract_script(tmp_path, name, *rec) for name, rec in HAND_MADE.items()}
     real = _real_data_matmul(tmp_path)
     scripts = sorted((tmp_path / "out").glob("*.py"))
     results = _run_in_ms_venv(scripts, tmp_path)
@@ -186,7 +202,17 @@ def test_scripts_run_in_ms_venv(tmp_path, capsys):
     assert "output 0 is identical to the recorded output" in text or "output 0 differs from the recorded" in text
     assert "RESULT: PASS (Mint.matmul.3.forward, ULP error Standard)" in text
     # a real precision problem is judged error and the script exits 1
-    rc, text = results[bad.name]
+    rc, text = results[hand["Functional.square.7"]]
     assert rc == 1, text[-2000:]
     assert "RESULT: ERROR (Functional.square.7.forward, Absolute Threshold Standard)" in text
     assert re.search(r"\| Inf/NaN Mismatch Proportion \| [0-9.e-]+ +\| error", text), text
+    rc, text = results[hand["Mint.mul.4"]]
+    assert rc == 0 and "benchmark on CPU in float32" in text and "| Dtype of out_device         | BFloat16" in text
+    assert "RESULT: PASS (Mint.mul.4.forward, Absolute Threshold Standard)" in text
+    rc, text = results[hand["MintFunctional.relu.1"]]
+    assert rc == 0 and "mindspore.mint.nn.functional.relu on CPU" in text and "RESULT: PASS" in text
+    rc, text = results[hand["Mint.sum.2"]]
+    assert rc == 0 and "| Shape                        | [4, 1]" in text and "RESULT: PASS" in text
+    rc, text = results[hand["Mint.argmax.0"]]
+    assert rc == 2 and "RESULT" not in text and "Traceback" not in text, text[-2000:]
+    assert "error: the device run of mindspore.mint.argmax on CPU failed: RuntimeError: The kernel" in text

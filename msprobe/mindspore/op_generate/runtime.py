@@ -23,13 +23,15 @@ from msprobe.core.acc_check.standards import *  # msprobe-only
 from msprobe.core.acc_check.op_standards import *  # msprobe-only
 
 FLOAT_NAMES = ("float16", "bfloat16", "float32", "float64")
+_DTYPE_TYPE = getattr(getattr(ms, "common", None), "dtype", None)
+_DTYPE_TYPE = getattr(_DTYPE_TYPE, "Type", type(ms.float32).__mro__[-3])  # the base class of every mindspore dtype
 
 
 def parse_dtype(text):
     """'Float32' / 'mindspore.float32' / 'BFloat16' / 'Bool' -> the mindspore dtype."""
     name = str(text).rsplit(".", 1)[-1].lower()
     value = getattr(ms, "bool_" if name == "bool" else name, None)
-    if value is None or not isinstance(value, type(ms.float32)):
+    if value is None or not isinstance(value, _DTYPE_TYPE):
         raise ValueError(f"unknown MindSpore dtype {text!r}")
     return value
 
@@ -335,6 +337,15 @@ class RunFailed(Exception):
         self.label, self.exc = label, exc
 
 
+def settled(outputs):
+    """PyNative runs kernels asynchronously: a kernel that fails (e.g. one the CPU backend lacks) raises
+    only when its result is used.  Fetch every output here, inside the caller's error handling."""
+    for o in outputs:
+        if isinstance(o, ms.Tensor):
+            host(o)
+    return outputs
+
+
 def run_iteration(spec, fn, make, bdtype):
     """Rebuild the inputs and run the device and benchmark calls (and, for the ULP standard, the
     benchmark on the absolute values of the inputs); returns {label: outputs}."""
@@ -345,7 +356,7 @@ def run_iteration(spec, fn, make, bdtype):
     runs = {}
     for label, fdt in (("device", None), ("bench", bdtype)):
         try:
-            runs[label] = run_once(fn, place(args, fdt), place(kwargs, fdt), propagation, place(grads, fdt))
+            runs[label] = settled(run_once(fn, place(args, fdt), place(kwargs, fdt), propagation, place(grads, fdt)))
         except (SystemExit, KeyboardInterrupt):
             raise
         except Exception as exc:  # noqa: BLE001 - reported by the caller
@@ -354,8 +365,8 @@ def run_iteration(spec, fn, make, bdtype):
             raise RunFailed(label, exc) from exc
     if spec["STANDARD"] == "ulp":
         try:
-            runs["scale"] = run_once(fn, place(args, bdtype, True), place(kwargs, bdtype, True), propagation,
-                                     place(grads, bdtype, True))
+            runs["scale"] = settled(run_once(fn, place(args, bdtype, True), place(kwargs, bdtype, True), propagation,
+                                             place(grads, bdtype, True)))
         except (SystemExit, KeyboardInterrupt):
             raise
         except Exception:  # noqa: BLE001 - no scale: the plain ULP of the benchmark value
