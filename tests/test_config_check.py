@@ -409,6 +409,21 @@ def test_hook_failure_never_stops_training(tmp_path):
     assert checker._failed
 
 
+def test_tensor_statistics():
+    torch = pytest.importorskip("torch")
+    from msprobe.pytorch.config_check.adapter import features, features_many
+
+    ts = [torch.tensor([1.0, -2.0, 3.0]), torch.tensor([1, 2, 3]), torch.zeros(0),
+          torch.tensor([0.5, 1.5], dtype=torch.bfloat16), torch.tensor([1 + 1j]), torch.tensor(2.0, dtype=torch.float64)]
+    many = features_many(ts)
+    assert many == [features(t) for t in ts]
+    assert many[0] == {"max": 3.0, "min": -2.0, "mean": pytest.approx(2 / 3, rel=1e-6),
+                       "norm": pytest.approx(14 ** 0.5, rel=1e-6)}
+    assert many[1] == {"max": 3.0, "min": 1.0, "mean": 2.0, "norm": pytest.approx(14 ** 0.5, rel=1e-6)}
+    assert many[2] == many[4] == {"max": None, "min": None, "mean": None, "norm": None}
+    assert many[3]["mean"] == 1.0 and many[5] == {"max": 2.0, "min": 2.0, "mean": 2.0, "norm": 2.0}
+
+
 def test_megatron_arguments_become_hyperparameters_dynamic(tmp_path, monkeypatch):
     from msprobe.core.config_check import checker as C
     from msprobe.core.config_check.checkers import compare_hyper_params

@@ -353,10 +353,16 @@ class ConfigChecker:
             self.rank = self._rank()
             entries = {}
             if self.model is not None:
-                weights = {name: self.adapter.features(t) for name, t in self.adapter.named_parameters(self.model)}
+                names, params = [], []
+                for name, t in self.adapter.named_parameters(self.model):
+                    names.append(name)
+                    params.append(t)
+                weights = dict(zip(names, self.adapter.features_many(params)))
                 entries[P.weights_entry(step, self.rank)] = P.to_json(weights)
-                entries[P.dataset_entry(step, self.rank)] = P.to_json(
-                    {"args": self._inputs(args), "kwargs": self._inputs(kwargs or {})})
+                tensors: list = []
+                tree = {"args": self._inputs(args, tensors), "kwargs": self._inputs(kwargs or {}, tensors)}
+                stats = self.adapter.features_many(tensors)
+                entries[P.dataset_entry(step, self.rank)] = P.to_json(_fill(tree, stats))
             now = random_snapshot()
             if self._random_written is None:
                 entries[P.random_entry(self.rank)] = P.to_json(now)
@@ -375,13 +381,31 @@ class ConfigChecker:
             logger.warning("config_check: collection stopped at step %d (%s: %s); the training goes on",
                            step, type(exc).__name__, exc)
 
-    def _inputs(self, obj, depth: int = 0):
+    def _inputs(self, obj, tensors: list, depth: int = 0):
+        """The forward's arguments as nested dicts (list items keyed "0", "1" ...), tensors replaced by
+        their index in ``tensors`` (filled with statistics by :func:`_fill`), anything else by ``""``."""
         if depth > 50:
             return ""
         if self.adapter.is_tensor(obj):
-            return self.adapter.features(obj)
+            tensors.append(obj)
+            return _Slot(len(tensors) - 1)
         if isinstance(obj, (list, tuple)):
-            return {str(i): self._inputs(x, depth + 1) for i, x in enumerate(obj)}
+            return {str(i): self._inputs(x, tensors, depth + 1) for i, x in enumerate(obj)}
         if isinstance(obj, dict):
-            return {str(k): self._inputs(v, depth + 1) for k, v in obj.items()}
+            return {str(k): self._inputs(v, tensors, depth + 1) for k, v in obj.items()}
         return ""
+
+
+class _Slot:
+    __slots__ = ("index",)
+
+    def __init__(self, index: int):
+        self.index = index
+
+
+def _fill(tree, stats: list):
+    if isinstance(tree, _Slot):
+        return stats[tree.index]
+    if isinstance(tree, dict):
+        return {k: _fill(v, stats) for k, v in tree.items()}
+    return tree

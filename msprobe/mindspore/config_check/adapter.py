@@ -54,6 +54,10 @@ def features(tensor) -> dict:
             "norm": float(np.linalg.norm(a.ravel()))}
 
 
+def features_many(tensors) -> list:
+    return [features(t) for t in tensors]
+
+
 def patch_random(track) -> None:
     """Count calls of MindSpore's random ops (``mindspore.ops.rand`` ..., ``mindspore.mint.rand`` ...,
     ``mindspore.set_seed``)."""

@@ -48,6 +48,26 @@ def features(tensor) -> dict:
     return dict(zip(("max", "min", "mean", "norm"), (float(v) for v in values)))
 
 
+def features_many(tensors) -> list:
+    """:func:`features` of many tensors with one host transfer per device (not one sync per tensor)."""
+    out = [None] * len(tensors)
+    by_device = {}
+    with torch.no_grad():
+        for i, tensor in enumerate(tensors):
+            t = tensor.detach()
+            if t.numel() == 0 or t.is_complex():
+                out[i] = {"max": None, "min": None, "mean": None, "norm": None}
+                continue
+            if t.dtype != torch.float32:
+                t = t.float()
+            by_device.setdefault(t.device, []).append((i, torch.stack([t.max(), t.min(), t.mean(), t.norm()])))
+        for items in by_device.values():
+            values = torch.stack([v for _, v in items]).cpu().tolist()
+            for (i, _), row in zip(items, values):
+                out[i] = dict(zip(("max", "min", "mean", "norm"), (float(v) for v in row)))
+    return out
+
+
 def patch_random(track) -> None:
     """Count calls of torch's random functions (``torch.rand`` ... and ``Tensor.exponential_`` ...)."""
     for name in RANDOM_FUNCS:
