@@ -517,7 +517,7 @@ def test_random_steps_compared_only_between_msprobe_packs():
 
 
 # ------------------------------------------------------------------------------------------ bad input
-@pytest.mark.parametrize("case", ["not_zip", "zip_not_pack", "missing", "traversal"])
+@pytest.mark.parametrize("case", ["not_zip", "zip_not_pack", "missing", "traversal", "bomb", "bad_json"])
 def test_bad_packs_one_line(tmp_path, monkeypatch, capsys, case):
     good = _static_pack(tmp_path, monkeypatch, "good", nccl=None, peft="1.0", lr="1")
     bad = tmp_path / "bad.zip"
@@ -533,6 +533,14 @@ def test_bad_packs_one_line(tmp_path, monkeypatch, capsys, case):
             zf.writestr("env", "{}")
             zf.writestr("../evil", "x")
         want = "outside the pack"
+    elif case == "bomb":
+        with zipfile.ZipFile(bad, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as zf:
+            zf.writestr("env", b"0" * (50 << 20))
+        want = "zip bomb"
+    elif case == "bad_json":
+        with zipfile.ZipFile(bad, "w") as zf:
+            zf.writestr("env", "{not json")
+        want = "entry env of pack"
     else:
         want = "does not exist"
     capsys.readouterr()

@@ -197,6 +197,9 @@ def read_pack(path: str, what: str = "pack") -> Pack:
             infos = zf.infolist()
             if len(infos) > MAX_MEMBERS:
                 raise MsprobeError(f"{what} {path} holds {len(infos)} entries, over the limit of {MAX_MEMBERS}")
+            from msprobe.core.fileio import available_memory, human_size, json_size_limit
+
+            limit = min(MAX_TOTAL_BYTES, json_size_limit())  # entries are held in memory and parsed as JSON
             total = 0
             for info in infos:
                 if info.is_dir():
@@ -208,7 +211,10 @@ def read_pack(path: str, what: str = "pack") -> Pack:
                 if (info.external_attr >> 16) & 0o170000 == 0o120000:
                     raise MsprobeError(f"{what} {path} holds a symbolic link {name[:200]!r}; refusing it")
                 total += info.file_size
-                if info.file_size > MAX_MEMBER_BYTES or total > MAX_TOTAL_BYTES or (
+                if total > limit and info.file_size <= MAX_MEMBER_BYTES:
+                    raise MsprobeError(f"{what} {path} unpacks to over {human_size(limit)}, more than this machine "
+                                       f"can hold to compare it ({human_size(available_memory())} available)")
+                if info.file_size > MAX_MEMBER_BYTES or (
                         info.compress_size and info.file_size > MAX_RATIO * info.compress_size
                         and info.file_size > (1 << 20)):
                     raise MsprobeError(f"{what} {path}: entry {name[:200]} unpacks to {info.file_size} bytes "
