@@ -238,3 +238,16 @@ def test_load_array_refuses_non_numeric(tmp_path):
     np.save(p, np.array(["a", "b"]))
     with pytest.raises(MsprobeError, match="not a numeric array"):
         load_array(str(p))
+
+
+def test_pt_when_the_text_file_cannot_be_written(tmp_path, capsys, monkeypatch):
+    import msprobe.core.parse.arrays as arrays
+
+    def refuse(arr, path):
+        raise MsprobeError(f"cannot write {path}: Read-only file system")
+
+    monkeypatch.setattr(arrays, "save_txt", refuse)
+    np.save(tmp_path / "a.npy", np.arange(3.0))
+    assert main(["parse", "pt", "-n", str(tmp_path / "a.npy")]) == 0
+    cap = capsys.readouterr()
+    assert "[Shape: (3,)]" in cap.out and "not written" in cap.err and "TextFile:" not in cap.out

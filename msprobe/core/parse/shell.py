@@ -73,7 +73,11 @@ def _txt(arr, path: str, con, warn) -> Optional[str]:
     from msprobe.core.parse.arrays import save_txt
 
     target = path + ".txt"
-    written = save_txt(arr, target)
+    try:
+        written = save_txt(arr, target)
+    except MsprobeError as exc:  # a read-only folder: the array is still shown
+        warn(f"{target} not written: {exc}")
+        return None
     if written is None:
         warn(f"{target} exists, not replaced")
     return target
