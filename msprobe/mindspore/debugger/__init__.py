@@ -46,8 +46,12 @@ class PrecisionDebugger(DebuggerBase):
             raise MsprobeError("the MindSpore PrecisionDebugger records PyNative runs only (GRAPH_MODE runs no "
                                "Python hooks); call mindspore.set_context(mode=mindspore.PYNATIVE_MODE)")
         cfg = prepared_config(cfg, seed_all)
-        from msprobe.mindspore.dump.service import Service
         self.config = cfg
+        if cfg.task == "grad_probe":   # no dump service; monitor(optimizer) attaches the probe
+            from msprobe.mindspore.grad_probe.grad_monitor import GradProbeService
+            self.service = GradProbeService(cfg)
+            return
+        from msprobe.mindspore.dump.service import Service
         self.service = Service(cfg)
 
     _ROOT_WORD = "network"
@@ -55,6 +59,15 @@ class PrecisionDebugger(DebuggerBase):
     def _token_switches(self):
         from msprobe.mindspore.dump.hooks import RT
         return RT, ("on", "primitives_on")
+
+    @classmethod
+    def monitor(cls, optimizer):
+        """task grad_probe: record the gradients the optimizer receives at every call (docs/grad_probe.md);
+        with another task it does nothing."""
+        inst = cls._get()
+        if inst.config.task != "grad_probe":
+            return
+        inst.service.monitor(optimizer)
 
     @classmethod
     def save(cls, variable, name, save_backward=True):
