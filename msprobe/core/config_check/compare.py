@@ -54,8 +54,6 @@ def _extract(pack: P.Pack, final_dir: str) -> None:
 
 
 def check_output_dir(out_dir: str) -> str:
-    from msprobe.core.fileio import ensure_output_dir
-
     out_dir = os.path.abspath(out_dir)
     if os.path.isdir(out_dir):
         taken = [n for n in ("bench", "cmp", RESULT_FILE) if os.path.lexists(os.path.join(out_dir, n))]

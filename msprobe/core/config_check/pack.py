@@ -20,6 +20,7 @@ pack, sizes are bounded, and a zip holding none of the known entries is refused 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import posixpath
 import re
@@ -87,6 +88,9 @@ def build_zip(path: str, entries: Dict[str, bytes]) -> None:
             zf.writestr(name, data)
 
 
+_lock_warned = False
+
+
 class _DirLock:
     """An exclusive flock on a directory: several ranks append to one pack, one at a time."""
 
@@ -99,8 +103,19 @@ class _DirLock:
             import fcntl
         except ImportError:  # pragma: no cover - Windows: no locking, one process per pack there
             return self
-        self.fd = os.open(self.directory, os.O_RDONLY)
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        try:
+            self.fd = os.open(self.directory, os.O_RDONLY)
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        except OSError as exc:  # a file system without flock on folders: go on unlocked, say it once
+            if self.fd is not None:
+                os.close(self.fd)
+                self.fd = None
+            global _lock_warned
+            if not _lock_warned:
+                _lock_warned = True
+                logging.getLogger("msprobe").warning(
+                    "config_check: cannot lock %s (%s); ranks writing the pack at the same moment may damage it",
+                    self.directory, exc.strerror or exc)
         return self
 
     def __exit__(self, *exc):
