@@ -369,3 +369,62 @@ with torch.autocast("cpu", dtype=torch.bfloat16):
     assert "[msprobe] free_benchmark (bit_noise):" in out and "worst APIs" in out
     block = out[out.index("worst APIs"):].splitlines()[1:]
     assert block[0].split()[0].startswith("Fragile.")
+
+
+# ---------------------------------------------------------------------------------------------- the reference
+_REF_SCRIPT = r'''
+import json, os, sys
+sys.path.insert(0, sys.argv[3])
+import torch
+torch.set_num_threads(1)
+import torch.distributed as dist
+os.environ["MASTER_ADDR"] = "127.0.0.1"
+os.environ["MASTER_PORT"] = sys.argv[4]
+dist.init_process_group("gloo", rank=0, world_size=1)     # 8.3.3 writes no CSV without a process group
+from dump_bench_worker import TinyTransformer
+cfg = sys.argv[1] + ".json"
+json.dump({"task": "free_benchmark", "dump_path": sys.argv[1], "level": "L1", "rank": [], "step": [],
+           "free_benchmark": {"pert_mode": sys.argv[2]}}, open(cfg, "w"))
+from msprobe.pytorch import PrecisionDebugger
+torch.manual_seed(0)
+m = TinyTransformer(vocab=100, d=64, heads=4, n_layers=1, seq=8).to(torch.bfloat16)
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+g = torch.Generator().manual_seed(1)
+x = torch.randint(0, 100, (2, 8), generator=g)
+y = torch.randint(0, 100, (2, 8), generator=g)
+dbg = PrecisionDebugger(config_path=cfg)
+for _ in range(2):
+    dbg.start(m); opt.zero_grad()
+    torch.nn.functional.cross_entropy(m(x).float().view(-1, 100), y.view(-1)).backward()
+    dbg.stop(); opt.step(); dbg.step()
+print("MSPROBE", __import__("msprobe").__file__)
+'''
+
+
+def test_csv_equals_reference(tmp_path):
+    """bit_noise on a bf16 transformer: our CSV files are byte for byte mindstudio-probe 8.3.3's."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from refvenv import ref_venv
+    py = ref_venv("venv833", "MSPROBE_REF8") / "bin" / "python"
+    if not py.exists():
+        pytest.skip(f"mindstudio-probe 8.3.3 venv not found ({py}; see benchmarks/README.md)")
+    script = tmp_path / "run.py"
+    script.write_text(_REF_SCRIPT)
+    bench = os.path.join(ROOT, "benchmarks")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env.update(OMP_NUM_THREADS="1")
+    out = {}
+    for label, python, extra, port in (("ref", str(py), {}, "29771"), ("ours", sys.executable, {"PYTHONPATH": ROOT},
+                                                                        "29772")):
+        dump = str(tmp_path / label)
+        proc = subprocess.run([python, "-E" if label == "ref" else "-s", str(script), dump, "bit_noise", bench, port],
+                              cwd=str(tmp_path), env=dict(env, **extra), capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert ("site-packages" in proc.stdout) == (label == "ref"), proc.stdout[-500:]
+        out[label] = {os.path.relpath(p, dump): open(p, "rb").read()
+                      for p in glob.glob(os.path.join(dump, "step*", "rank*", "free_benchmark.csv"))}
+    assert sorted(out["ref"]) == sorted(out["ours"]) == ["step0/rank0/free_benchmark.csv",
+                                                         "step1/rank0/free_benchmark.csv"]
+    for name, data in out["ref"].items():
+        assert data.count(b"\r\n") > 20
+        assert out["ours"][name] == data, name

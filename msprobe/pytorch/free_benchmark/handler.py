@@ -181,6 +181,7 @@ class FreeBenchmark:
             return
         plan = prep[0]
         sample = plan[1]
+        golden = self._run(prep, "to_cpu", func, rargs, rkwargs, out) if sample else None
         for idx, o, p in compare.output_pairs(out, pout):
             if not compare.comparable(o, p):
                 continue
@@ -194,7 +195,6 @@ class FreeBenchmark:
             if not rules.is_consistent(ratio, thr):
                 self._row(fwd, "forward", rules.max_rel(ratio), o, idx)
             if sample:
-                golden = self._run(prep, "to_cpu", func, rargs, rkwargs, out)
                 cpu_ok = True
                 for gidx, go, gp in compare.output_pairs(out, golden):
                     if gidx == idx and compare.comparable(go, gp):
