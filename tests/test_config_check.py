@@ -232,6 +232,51 @@ def test_hyperparameter_matching_and_values():
     assert rows == [["f.json", "lr", "learning_rate", "0.1", "0.2", "mapping", "error"]]
 
 
+def test_shell_parsing_forms(tmp_path):
+    from msprobe.core.config_check.collect import parse_shell
+
+    cases = {
+        "msrun": ("export MBS=4\nmsrun --worker_num=8 train.py --mbs ${MBS} --name 'a b' --flag\n",
+                  {"worker_num": "8", "mbs": "4", "name": "a b", "flag": True}),
+        "launch": ("python3 -m torch.distributed.launch --nproc_per_node=2 t.py --lr -0.5 --wd 0 # x\n",
+                   {"nproc_per_node": "2", "lr": "-0.5", "wd": "0"}),
+        "plain": ("# python old.py --lr 9\npython train.py --lr 0.1 --epochs 3\n", {"lr": "0.1", "epochs": "3"}),
+        "none": ("echo hello\n", {}),
+    }
+    for name, (text, want) in cases.items():
+        path = tmp_path / f"{name}.sh"
+        path.write_text(text)
+        assert parse_shell(str(path)) == want, name
+
+
+def test_megatron_merge_pipeline_and_virtual_stages(tmp_path):
+    """Layer numbers of pipeline / virtual-pipeline stages become global; tensor-parallel shards are joined
+    (the merge logic alone, with a stand-in loader: no torch)."""
+    import numpy as np
+
+    from msprobe.core.config_check.ckpt import load_megatron, state_weights
+
+    it = tmp_path / "iter_0000001"
+    shards = {}
+    for tp in range(2):
+        for pp in range(2):
+            d = it / f"mp_rank_{tp:02d}_{pp:03d}"
+            d.mkdir(parents=True)
+            (d / "model_optim_rng.pt").write_bytes(b"")
+            models = {f"model{v}": {"language_model": {"encoder": {
+                "layers.0.self_attention.query_key_value.weight": np.full((2, 3), 10 * pp + v + tp / 10),
+                "layers.0.mlp.dense_4h_to_h.weight": np.full((3, 2), 1.0)}}} for v in range(2)}
+            shards[str(d / "model_optim_rng.pt")] = state_weights(models)
+    args = {"pipeline_model_parallel_size": 2, "expert_model_parallel_size": 1}
+    weights = load_megatron(str(it), lambda path: (shards[path], args))
+    # 2 pipeline stages x 2 virtual stages x 1 layer: global layer = local + (pp_size * vpp + pp) * 1
+    assert sorted(weights) == sorted(f"decoder.layers.{n}.{k}" for n in range(4)
+                                     for k in ("self_attention.linear_qkv.weight", "mlp.linear_fc2.weight"))
+    qkv = weights["decoder.layers.3.self_attention.linear_qkv.weight"]  # pp 1, vpp 1
+    assert qkv.shape == (4, 3) and qkv[0, 0] == 11.0 and qkv[2, 0] == pytest.approx(11.1)  # tp 0 then tp 1 rows
+    assert weights["decoder.layers.1.mlp.linear_fc2.weight"].shape == (3, 4)  # row parallel: joined on dim 1
+
+
 def test_weights_relative_diff_and_nan():
     from msprobe.core.config_check.checkers import _relative_diff, _stats_row
 
