@@ -341,6 +341,9 @@ def test_fix_rescues_a_lossy_bf16_op(tmp_path):
     assert drift > 0.05, drift
     assert err <= max(2 * bf16_err, 0.01) and err < drift / 5, (err, drift, bf16_err)
     assert read_rows(dump) == []                                  # fix writes no rows
+    path, _ = _config(tmp_path, "cpu.json", pert_mode="to_cpu", fuzz_device="cpu", handler_type="fix", list=["Fragile"])
+    on_cpu, _, _ = train("lossy", steps=3, config=path)
+    assert all(torch.equal(a, b) for a, b in zip(on_cpu, fixed))      # CPU here: the same float32 re-run
 
 
 def test_summary_and_csv_at_exit(tmp_path):
