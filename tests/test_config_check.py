@@ -287,6 +287,17 @@ def test_weights_relative_diff_and_nan():
     assert row[0] is True  # NaN statistics on both sides are the same data
 
 
+def test_damaged_random_entries_are_read_not_crashed_on():
+    """Fuzzer finding: a random entry whose stack is a number or whose count is not a finite count made the
+    compare raise TypeError / OverflowError (an internal error) instead of reading what it could."""
+    from msprobe.core.config_check import pack as P
+    from msprobe.core.config_check.checkers import compare_random
+
+    odd = P.to_json({"torch.rand": [{"count": "x", "stack": 5}, {"count": float("inf"), "stack": None}, 7]})
+    res = compare_random(P.Pack("a", {"random/rank0.json": odd}), P.Pack("b", {"random/rank0.json": b"{}"}))
+    assert res.verdict == "error" and [r[2] for r in res.rows] == ["5", ""] and [r[4] for r in res.rows] == [0, 0]
+
+
 def test_random_stacks_match_across_paths():
     from msprobe.core.config_check.checkers import stacks_match
 

@@ -350,8 +350,10 @@ def merged_random(pack: P.Pack, first_only=frozenset()) -> Dict[int, Dict[str, l
                 for entry in entries if isinstance(entries, list) else []:
                     if not isinstance(entry, dict):
                         continue
-                    stack = [str(s) for s in entry.get("stack") or []]
-                    count = int(_num(entry.get("count")) or 0)
+                    raw = entry.get("stack")
+                    stack = [str(x) for x in raw] if isinstance(raw, list) else ([] if raw is None else [str(raw)])
+                    count = _num(entry.get("count"))
+                    count = int(count) if count is not None and math.isfinite(count) and count >= 0 else 0
                     for have in merged:
                         if have["stack"] == stack:
                             have["count"] += count
