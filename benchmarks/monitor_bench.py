@@ -213,7 +213,10 @@ def main(argv=None):
                 f"step_interval 1 or 10. Metric: {'process CPU time' if args.metric == 'cpu' else 'wall clock'} per "
                 f"step. Mean ms over {args.steps} timed steps after {args.warmup} warm-up steps, "
                 f"each point a fresh process; lowest of {args.repeat} round(s).\n\n"
-                + "\n".join(lines) + "\n\n" + "\n".join(f"* {v}" for v in verdicts + notes) + "\n")
+                + "\n".join(lines) + "\n\n" + "\n".join(f"* {v}" for v in verdicts + notes) + "\n"
+                + f"\nLoad average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (a shared machine: "
+                  f"other jobs ran beside the benchmark; each point is one process's mean, so expect a few % "
+                  f"of noise between rounds).\n")
         (HERE / "monitor_results.md").write_text(text)
     return 0
 

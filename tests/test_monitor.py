@@ -516,5 +516,45 @@ def test_two_ranks_on_gloo(tmp_path):
     assert os.path.isfile(os.path.join(d1, "dump_error_info.log"))
 
 
+def make_figure(png):
+    """docs/img/monitor_grad_norm.png: the tests' spike run (post_grad norms from its TensorBoard events) with
+    the alert marked.  ``python tests/test_monitor.py --figure docs/img/monitor_grad_norm.png``"""
+    import tempfile
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from tensorboard.backend.event_processing import event_accumulator as ea
+    with tempfile.TemporaryDirectory() as tmp:
+        _, _, lines, rank_dir = train(tmp, wg_cfg("tensorboard"), spike_step=SPIKE_STEP)
+        acc = ea.EventAccumulator(rank_dir, size_guidance={ea.SCALARS: 0})
+        acc.Reload()
+        fig, ax = plt.subplots(figsize=(7, 3.4), dpi=90)
+        peak = 1.0
+        for name in ("blocks.0.fc1.weight", "blocks.1.attn.qkv.weight", SPIKE_PARAM, "head.weight"):
+            ev = acc.Scalars(f"0:{name}/rank0/post_grad_norm")
+            ax.plot([e.step for e in ev], [e.value for e in ev], label=name, lw=1.4)
+            if name == SPIKE_PARAM:
+                peak = ev[SPIKE_STEP].value
+        alerts = [x for x in lines if "reports anomaly signal" in x and "post_grad" in x]
+        ax.axvline(SPIKE_STEP, color="red", ls=":", lw=1)
+        ax.annotate(f"alert at step {SPIKE_STEP}: {SPIKE_PARAM}\npost_grad norm "
+                    f"{alerts[0].split('(x')[1].split(' ')[0] if alerts else '?'} x its history mean",
+                    xy=(SPIKE_STEP, peak), xytext=(SPIKE_STEP - 27, 3), color="red", fontsize=8,
+                    arrowprops=dict(arrowstyle="->", color="red"))
+        ax.set_yscale("log")
+        ax.set_xlabel("step")
+        ax.set_ylabel("gradient L2 norm (post_grad_norm)")
+        ax.set_title("TrainerMon, format tensorboard: a x100 gradient spike injected at step 30", fontsize=9)
+        ax.legend(fontsize=7, loc="upper right")
+        fig.tight_layout()
+        fig.savefig(png)
+    print(png)
+    print("\n".join(x for x in lines if "reports anomaly signal" in x))
+
+
 if __name__ == "__main__":
-    _worker(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
+    if sys.argv[1] == "--figure":
+        make_figure(sys.argv[2])
+    else:
+        _worker(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
