@@ -510,7 +510,8 @@ def test_megatron_arguments_become_hyperparameters_dynamic(tmp_path, monkeypatch
 def test_public_import_paths_do_not_import_torch():
     code = ("import sys; from msprobe.core.config_check import ConfigChecker as A; "
             "from msprobe.pytorch.config_check import ConfigChecker as B; "
-            "assert A is B; print('torch' in sys.modules)")
+            "from msprobe.core.config_check.config_checker import ConfigChecker as C; "
+            "assert A is B is C; print('torch' in sys.modules)")
     res = subprocess.run([sys.executable, "-c", code], cwd=str(ROOT), capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "False"
