@@ -2,8 +2,9 @@
 
 The training thread hands over one finished step (names, shapes, the ``(P, columns)`` numbers, CRC strings,
 direction arrays that are snapshots, never views of live gradients); a background thread formats and writes
-it, so file writing overlaps training.  Every file is written through a temporary name and a rename (a kill
-leaves the complete file or none).  A failure is logged once in ``rank{R}/dump_error_info.log`` (and once on
+it, so file writing overlaps training.  The csv is written through a temporary file and a rename, a step's
+direction files into a hidden temporary folder renamed to ``step{S}`` when complete (a kill leaves complete
+files or none under the final names).  A failure is logged once in ``rank{R}/dump_error_info.log`` (and once on
 the console) and never reaches training.  Framework-free.
 """
 from __future__ import annotations
@@ -12,6 +13,7 @@ import atexit
 import logging
 import os
 import queue
+import shutil
 import threading
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
@@ -19,7 +21,7 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 from msprobe.core.dump.errorlog import ErrorLog
-from msprobe.core.dump.writer import write_bytes, write_file
+from msprobe.core.dump.writer import write_bytes
 from msprobe.core.grad_probe import stats
 
 log = logging.getLogger("msprobe")
@@ -104,10 +106,7 @@ class GradProbeWriter:
         if not self._checked_old:
             self._warn_old_files()
         if record.directions is not None and stats.has_direction(self.level):
-            step_dir = os.path.join(self.rank_dir, f"{stats.STEP_PREFIX}{record.step}")
-            os.makedirs(step_dir, mode=0o750, exist_ok=True)
-            for name, arr in zip(record.names, record.directions):
-                self._save_npy(os.path.join(step_dir, f"{name}.npy"), arr)
+            self._write_directions(record)
         rows = stats.summary_rows(self.level, self.bounds, record.names, record.shapes, record.numbers, record.md5s)
         path = os.path.join(self.rank_dir, f"{stats.SUMMARY_PREFIX}{record.step}.csv")
         if os.path.exists(path):
@@ -116,6 +115,28 @@ class GradProbeWriter:
         log.info("write grad data to %s", path)
         return path
 
-    @staticmethod
-    def _save_npy(path: str, arr: np.ndarray) -> None:
-        write_file(path, lambda fh: np.save(fh, np.ascontiguousarray(arr), allow_pickle=False))
+    def _write_directions(self, record: StepRecord) -> None:
+        """``step{S}/{param}.npy``: written into a hidden temporary folder that is renamed to ``step{S}`` once
+        complete (one rename per step instead of one per file; a kill leaves the hidden folder, never a partial
+        .npy under its final name).  An existing ``step{S}`` of an earlier run is replaced, with a warning."""
+        step_dir = os.path.join(self.rank_dir, f"{stats.STEP_PREFIX}{record.step}")
+        tmp_dir = os.path.join(self.rank_dir, f".{stats.STEP_PREFIX}{record.step}.{os.getpid()}.tmp")
+        if os.path.lexists(tmp_dir):
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+        os.mkdir(tmp_dir, 0o750)
+        try:
+            for name, arr in zip(record.names, record.directions):
+                fd = os.open(os.path.join(tmp_dir, f"{name}.npy"),
+                             os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o640)
+                with os.fdopen(fd, "wb") as fh:
+                    np.save(fh, np.ascontiguousarray(arr), allow_pickle=False)
+            if os.path.lexists(step_dir):
+                log.warning("%s will be deleted", step_dir)
+                if os.path.isdir(step_dir) and not os.path.islink(step_dir):
+                    shutil.rmtree(step_dir)
+                else:
+                    os.unlink(step_dir)
+            os.rename(tmp_dir, step_dir)
+        except BaseException:
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+            raise
