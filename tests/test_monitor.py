@@ -334,6 +334,86 @@ def test_grad_accumulation_micro_steps(tmp_path):
     assert float(w[3]) == pytest.approx(grads[2], rel=1e-5)
 
 
+def test_activation_gradients_are_the_module_s_grad_input_and_output(tmp_path):
+    """actv_grad of a residual-stream input is the gradient through that module only (the reference's
+    full-backward-hook grad_input), not the input's total gradient."""
+    want = {}
+
+    def grab(name):
+        def hook(module, gin, gout):
+            want[name] = (gin[0].norm().item(), gout[0].norm().item())
+        return hook
+    torch.manual_seed(0)
+    model = TinyTransformer()
+    model.blocks[0].ln1.register_full_backward_hook(grab("blocks.0.ln1"))
+    model.blocks[1].fc2.register_full_backward_hook(grab("blocks.1.fc2"))
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randint(0, 100, (4, 8), generator=gen)
+    y = torch.randint(0, 100, (4, 8), generator=gen)
+    F.cross_entropy(model(x).reshape(-1, 100), y.reshape(-1)).backward()
+    cfg = {"targets": {"blocks.0.ln1": {}, "blocks.1.fc2": {}, "": {}}, "xy_distribution": True, "ops": ["norm"],
+           "ndigits": 12}
+    _, _, _, d = train(str(tmp_path), cfg, steps=1)
+    _, rows = read_csv(os.path.join(d, "actv_grad_0-0.csv"))
+    got = {r[1]: float(r[4]) for r in rows}
+    for name, (gin, gout) in want.items():
+        assert got[f"{name}.input"] == pytest.approx(gin, rel=1e-5)
+        assert got[f"{name}.output"] == pytest.approx(gout, rel=1e-5)
+    assert got[".input"] != got[".input"]           # the token ids have no gradient: NaN row, as the reference
+
+
+def test_in_place_ops_after_hooked_modules_train_unchanged(tmp_path):
+    """ReLU(inplace=True) on a hooked module's output, and a module modifying its own output in place: a
+    full backward hook would make these fail ('Output 0 of BackwardHookFunction is a view ...')."""
+    class AddInPlace(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(16, 16)
+
+        def forward(self, x):
+            y = self.lin(x)
+            y += 1
+            return y
+
+    def run(cfg):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(inplace=True), AddInPlace(), nn.ReLU(inplace=True),
+                              nn.Linear(16, 4))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        mon = None
+        if cfg:
+            (tmp_path / "c.json").write_text(json.dumps(cfg))
+            os.environ["MONITOR_OUTPUT_DIR"] = str(tmp_path / "out")
+            try:
+                from msprobe.pytorch import TrainerMon
+                mon = TrainerMon(str(tmp_path / "c.json"), params_have_main_grad=False)
+                mon.set_monitor(model, optimizer=opt)
+            finally:
+                os.environ.pop("MONITOR_OUTPUT_DIR", None)
+        gen = torch.Generator().manual_seed(3)
+        losses = []
+        for _ in range(3):
+            loss = model(torch.randn(4, 8, generator=gen)).pow(2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.item())
+        return losses, mon
+    plain, _ = run(None)
+    losses, mon = run({"targets": {}, "xy_distribution": True, "ops": ["norm"]})
+    assert losses == plain
+    _, rows = read_csv(os.path.join(mon.rank_dir, "actv_grad_2-2.csv"))
+    got = {r[1]: r[4] for r in rows}
+    assert {"1.input", "1.output", "2.input", "2.output", "3.input", "3.output"} <= set(got)
+    # ReLU(inplace=True) writes into its input: that input's gradient row is NaN (hooked before the write,
+    # autograd re-bases the view and the hook never fires); every other row is a number
+    assert got["1.input"] == "nan" and got["3.input"] == "nan"
+    # (the model's input needs no gradient: NaN rows for the root's and the first layer's input, as the reference)
+    assert got[".input"] == got["0.input"] == "nan"
+    assert all(float(v) > 0 for k, v in got.items() if k not in ("1.input", "3.input", ".input", "0.input"))
+    assert not mon._failed
+
+
 def test_a_failing_hook_is_logged_once_and_training_goes_on(tmp_path, monkeypatch):
     from msprobe.pytorch.monitor import stats
 

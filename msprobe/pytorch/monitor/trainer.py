@@ -135,6 +135,7 @@ class TrainerMon:
         self._handles = []        # module / parameter hooks of a collected step
         self._opt_handles = []
         self._cur = _Step()
+        self._pending_none = []   # actv_grad NaN rows of inputs without gradient (written once backward runs)
         self._last = {}           # api format: the last written step's metrics
         self._failed = False
         self.param2name = {}
@@ -287,14 +288,12 @@ class TrainerMon:
                     fwd = bwd = False
                 for mod, name, vpp in self.modules:
                     ctx = {"name": name, "vpp": vpp, "fwd": 0, "bwd": 0}
-                    if fwd:
-                        self._handles.append(mod.register_forward_hook(self._fwd_hook(ctx), with_kwargs=True))
                     if bwd:
-                        if getattr(mod, "_backward_hooks", None) and not getattr(mod, "_is_full_backward_hook", True):
-                            log.warning("msprobe monitor: %s uses register_backward_hook; its gradients are "
-                                        "not monitored", name)
-                            continue
-                        self._handles.append(mod.register_full_backward_hook(self._bwd_hook(ctx)))
+                        self._handles.append(mod.register_forward_pre_hook(self._grad_pre_hook(ctx),
+                                                                           with_kwargs=True))
+                    if fwd or bwd:
+                        self._handles.append(mod.register_forward_hook(self._fwd_hook(ctx, fwd, bwd),
+                                                                       with_kwargs=True))
             if cfg["wg_distribution"]:
                 counts = {}
                 for p, name in self.param2name.items():
@@ -335,6 +334,7 @@ class TrainerMon:
             except Exception as exc:   # noqa: BLE001
                 self._fail("monitor.step_end", exc)
             self._cur = _Step()
+            self._pending_none = []
             self.collected += 1
             if self.collected >= self.collect_times:
                 _msg("Finish monitor")
@@ -394,36 +394,97 @@ class TrainerMon:
             self._add(prefix, N.tag(f"{ctx['name']}.{r}:{micro}", self.rank, kind), ctx["vpp"], micro,
                       len(self._cur.vecs), t)
 
-    def _fwd_hook(self, ctx):
+    def _fwd_hook(self, ctx, fwd=True, bwd=False):
         def hook(module, args, kwargs, output):
             if not self._on or not module.training:
                 return None
             try:
                 micro = ctx["fwd"] % self.grad_acc_steps
                 ctx["fwd"] += 1
-                ins = _tensors(args) + _tensors(kwargs)
-                self._io("actv", "actv", ctx, "input", ins, micro)
-                self._io("actv", "actv", ctx, "output", _tensors(output), micro)
+                if fwd:
+                    ins = _tensors(args) + _tensors(kwargs)
+                    self._io("actv", "actv", ctx, "input", ins, micro)
+                    self._io("actv", "actv", ctx, "output", _tensors(output), micro)
+                if bwd:
+                    self._hook_output_grads(ctx, _tensors(output), micro)
+                    views = ctx.pop("views", None)
+                    if views:
+                        for v, version, tag, m in views:
+                            if v._version != version:
+                                # the module wrote into its input (e.g. ReLU(inplace=True)): autograd re-bases
+                                # the view and its hook never fires; a NaN row says so (cloning the input
+                                # instead would stop the write reaching the caller's tensor)
+                                self._pending_none.append((tag, ctx["vpp"], m))
             except Exception as exc:   # noqa: BLE001
                 self._fail(f"monitor.forward.{ctx['name']}", exc)
             return None
         return hook
 
-    def _bwd_hook(self, ctx):
-        def hook(module, grad_input, grad_output):
-            if not self._on:
+    # Gradients of a module's inputs and outputs ("actv_grad") come from tensor hooks, not from
+    # register_full_backward_hook: its BackwardHookFunction returns the module's tensors as views that may not
+    # be modified in place, so a model with e.g. ReLU(inplace=True) after a hooked module would fail.
+    # * output: a hook on each output tensor (registered before any later in-place change, it receives the
+    #   gradient of the value the module returned);
+    # * input: the forward pre-hook hands the module a plain view of each positional tensor that requires
+    #   grad and hooks that view: it receives exactly the gradient flowing back through this module (the
+    #   module's grad_input), not the other consumers' share.  Same values, same storage; nothing else changes.
+    def _grad_pre_hook(self, ctx):
+        def hook(module, args, kwargs):
+            if not self._on or not module.training or not torch.is_grad_enabled():
                 return None
             try:
                 micro = ctx["bwd"] % self.grad_acc_steps
                 ctx["bwd"] += 1
-                gi = list(grad_input) if isinstance(grad_input, (tuple, list)) else [grad_input]
-                go = list(grad_output) if isinstance(grad_output, (tuple, list)) else [grad_output]
-                self._io("actv_grad", "actv_grad", ctx, "input", gi or [None], micro)
-                self._io("actv_grad", "actv_grad", ctx, "output", go or [None], micro)
+                pos = [i for i, a in enumerate(args) if _is_tensor(a)]
+                if not pos:
+                    return None
+                many = len(pos) > 1
+                new = list(args)
+                changed = False
+                for j, i in enumerate(pos):
+                    a = args[i]
+                    tag = N.tag(f"{ctx['name']}.{'input_%d' % j if many else 'input'}:{micro}", self.rank,
+                                "actv_grad")
+                    if a.requires_grad:
+                        v = a.view_as(a)
+                        v.register_hook(self._grad_hook(tag, ctx["vpp"], micro))
+                        new[i] = v
+                        changed = True
+                        ctx.setdefault("views", []).append((v, v._version, tag, micro))
+                    else:
+                        self._pending_none.append((tag, ctx["vpp"], micro))
+                return (tuple(new), kwargs) if changed else None
             except Exception as exc:   # noqa: BLE001
-                self._fail(f"monitor.backward.{ctx['name']}", exc)
+                self._fail(f"monitor.forward_pre.{ctx['name']}", exc)
+                return None
+        return hook
+
+    def _hook_output_grads(self, ctx, outs, micro):
+        many = len(outs) > 1
+        for j, o in enumerate(outs):
+            if o.requires_grad:
+                tag = N.tag(f"{ctx['name']}.{'output_%d' % j if many else 'output'}:{micro}", self.rank,
+                            "actv_grad")
+                o.register_hook(self._grad_hook(tag, ctx["vpp"], micro))
+
+    def _grad_hook(self, tag, vpp, micro):
+        def hook(grad):
+            if self._on:
+                try:
+                    self._flush_none()
+                    self._add("actv_grad", tag, vpp, micro, len(self._cur.vecs), grad)
+                except Exception as exc:   # noqa: BLE001
+                    self._fail(f"monitor.backward.{tag.split('/')[0]}", exc)
             return None
         return hook
+
+    def _flush_none(self):
+        """Inputs that need no gradient get the reference's NaN row (its grad_input is None), once the
+        backward has started (a forward without backward writes none)."""
+        if self._pending_none:
+            for tag, vpp, micro in self._pending_none:
+                self._add("actv_grad", tag, vpp, micro, len(self._cur.vecs), None)
+            self._pending_none = []
 
     def _grad_of(self, p):
         if self.params_have_main_grad:
