@@ -405,12 +405,14 @@ def test_in_place_ops_after_hooked_modules_train_unchanged(tmp_path):
     _, rows = read_csv(os.path.join(mon.rank_dir, "actv_grad_2-2.csv"))
     got = {r[1]: r[4] for r in rows}
     assert {"1.input", "1.output", "2.input", "2.output", "3.input", "3.output"} <= set(got)
-    # ReLU(inplace=True) writes into its input: that input's gradient row is NaN (hooked before the write,
-    # autograd re-bases the view and the hook never fires); every other row is a number
-    assert got["1.input"] == "nan" and got["3.input"] == "nan"
-    # (the model's input needs no gradient: NaN rows for the root's and the first layer's input, as the reference)
+    # the reference's values for this model and step (8.3.3, which clones the inputs of hooked modules);
+    # ReLU(inplace=True) writes into its input: its grad_input comes from the write's CopySlices node
+    ref = {"4.input": 0.050355, "4.output": 0.074884, "3.input": 0.050355, "3.output": 0.050355,
+           "2.lin.input": 0.029904, "2.lin.output": 0.050355, "2.input": 0.029904, "2.output": 0.050355,
+           "1.input": 0.02589, "1.output": 0.029904, "0.output": 0.02589, ".output": 0.074884}
+    assert {k: float(v) for k, v in got.items() if k in ref} == pytest.approx(ref, abs=2e-6)
+    # the model's input needs no gradient: NaN rows for the root's and the first layer's input, as the reference
     assert got[".input"] == got["0.input"] == "nan"
-    assert all(float(v) > 0 for k, v in got.items() if k not in ("1.input", "3.input", ".input", "0.input"))
     assert not mon._failed
 
 

@@ -411,10 +411,7 @@ class TrainerMon:
                     if views:
                         for v, version, tag, m in views:
                             if v._version != version:
-                                # the module wrote into its input (e.g. ReLU(inplace=True)): autograd re-bases
-                                # the view and its hook never fires; a NaN row says so (cloning the input
-                                # instead would stop the write reaching the caller's tensor)
-                                self._pending_none.append((tag, ctx["vpp"], m))
+                                self._input_written(v, version, tag, ctx["vpp"], m)
             except Exception as exc:   # noqa: BLE001
                 self._fail(f"monitor.forward.{ctx['name']}", exc)
             return None
@@ -458,6 +455,21 @@ class TrainerMon:
                 self._fail(f"monitor.forward_pre.{ctx['name']}", exc)
                 return None
         return hook
+
+    def _input_written(self, v, version, tag, vpp, micro):
+        """The module wrote into its input (e.g. ReLU(inplace=True)): autograd re-based the view, whose hook
+        will never fire.  With exactly one write into a view of the whole input, the base's new grad_fn
+        (CopySlices of that write) receives, as its first gradient input, the gradient of the input's value
+        before the write: the module's grad_input.  Otherwise a NaN row.  (Cloning the input instead, as the
+        reference does, would stop the write reaching the caller's tensor.)"""
+        base = v._base
+        node = getattr(base, "grad_fn", None) if base is not None else None
+        if (v._version - version == 1 and node is not None and base.shape == v.shape
+                and type(node).__name__ == "CopySlices"):
+            hook = self._grad_hook(tag, vpp, micro)
+            node.register_hook(lambda grad_inputs, grad_outputs: hook(grad_inputs[0]) if grad_inputs else None)
+        else:
+            self._pending_none.append((tag, vpp, micro))
 
     def _hook_output_grads(self, ctx, outs, micro):
         many = len(outs) > 1
