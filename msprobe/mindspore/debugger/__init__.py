@@ -51,6 +51,10 @@ class PrecisionDebugger(DebuggerBase):
             from msprobe.mindspore.grad_probe.grad_monitor import GradProbeService
             self.service = GradProbeService(cfg)
             return
+        if cfg.task == "free_benchmark":
+            from msprobe.mindspore.free_benchmark.service import MsFreeBenchmarkService
+            self.service = MsFreeBenchmarkService(cfg)
+            return
         from msprobe.mindspore.dump.service import Service
         self.service = Service(cfg)
 

@@ -110,6 +110,9 @@ class Hooks:
         self._prim_classes = {}      # (original class, attr) -> wrapped subclass
         self._prims = []             # (instance, original class)
         self.prim_count = {}
+        # another task's handler of wrapped API calls instead of recording them: (name, func, args, kwargs,
+        # distributed) -> the call's output (task free_benchmark: msprobe.mindspore.free_benchmark)
+        self.api_handler = None
 
     # ------------------------------------------------------------------ APIs
     def install_api_patches(self):
@@ -183,6 +186,8 @@ class Hooks:
         return wrapper
 
     def call(self, name, func, args, kwargs):
+        if self.api_handler is not None:
+            return self.api_handler(name, func, args, kwargs, False)
         col = self.col
         n = col.api_count.get(name, 0)
         fwd = f"{name}.{n}.forward"
