@@ -182,10 +182,14 @@ def test_config_level_and_other_framework(tmp_path):
         load_dump_config(path)
     for block, word in (({"pert_mode": "to_cpu", "fuzz_device": "cpu"}, "PyTorch-only"),
                         ({"if_preheat": True}, "PyTorch-only"), ({"scope": ["Mint.add.0.forward"]}, "PyTorch-only"),
-                        ({"pert_mode": "add_noise"}, "not supported for MindSpore")):
+                        ({"fuzz_stage": "backward", "list": ["add"]}, "not supported for MindSpore"),
+                        ({"handler_type": "fix", "pert_mode": "no_change"}, "needs pert_mode improve_precision \\(")):
         p, _ = _config(tmp_path, **block)
         with pytest.raises(MsprobeError, match=word):
             load_dump_config(p, framework="mindspore")
+    ms_cfg = load_dump_config(_config(tmp_path, list=["mindspore.ops.add"], pert_mode="bit_noise")[0],
+                              framework="mindspore")
+    assert ms_cfg.free_benchmark.list == ("mindspore.ops.add",)
     cfg = load_dump_config(_config(tmp_path, list=["matmul"], fuzz_stage="backward", pert_mode="bit_noise")[0])
     fb = cfg.free_benchmark
     assert (fb.pert_mode, fb.fuzz_stage, fb.list, fb.max_sample, fb.preheat_step) == \

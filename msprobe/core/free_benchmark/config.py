@@ -124,15 +124,16 @@ def check_free_benchmark_section(section: dict, where, level: str, framework: st
             raise MsprobeError(f'{source}: "handler_type" fix with "if_preheat" true; preheat works only with '
                                f'handler_type check: set if_preheat to false')
         if values["pert_mode"] not in FIX_PERT_MODES:
+            allowed = "improve_precision or to_cpu" if framework == "pytorch" else "improve_precision"
             raise MsprobeError(f'{source}: "handler_type" fix with "pert_mode" {values["pert_mode"]}; fix needs '
-                               f'pert_mode improve_precision or to_cpu (a perturbed output must not replace the real one)')
+                               f'pert_mode {allowed} (a perturbed output must not replace the real one)')
     return FreeBenchmarkConfig(**values)
 
 
 def check_free_benchmark(section: dict, where, level: str, framework: str) -> dict:
     """The DumpConfig fields of a free_benchmark config (called by core.dump.config.load_dump_config)."""
     fb = check_free_benchmark_section(section, where, level, framework)
-    if framework != "pytorch":
-        raise MsprobeError(f'{where.source}: task free_benchmark is not supported for MindSpore by this msprobe yet; '
-                           f'it runs with PyTorch (msprobe.pytorch.PrecisionDebugger)')
+    if framework != "pytorch" and fb.fuzz_stage == "backward":
+        raise MsprobeError(f'{where.source}: "fuzz_stage" backward is not supported for MindSpore by this msprobe '
+                           f'yet (the forward stage is); set fuzz_stage to forward, or use PyTorch')
     return {"free_benchmark": fb}

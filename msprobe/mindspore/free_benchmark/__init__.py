@@ -1,0 +1,1 @@
+"""free_benchmark for MindSpore PyNative (forward stage; msprobe.core.free_benchmark holds the rules)."""
