@@ -10,7 +10,8 @@ dbg.step()``.  Both implementations run with a one-process gloo group (8.3.3 wri
 torch, spec checks_and_monitors.md 2.9).  Configs (free_benchmark block, empty scope/list = every API):
 ``improve`` = improve_precision check, ``add_noise`` = add_noise check, ``fix`` = improve_precision fix.
 ``none`` = the same step without any debugger (our venv's python).  Every (implementation, config, model) is a
-fresh process (this file with ``--worker``); the median ms/step of the timed steps is kept.  ``added`` = config
+fresh process (this file with ``--worker``); ``--repeat R`` rounds (default 2) run every point once each, in turn,
+and the lowest median ms/step of a point is kept (the machine is shared: the lowest is the least disturbed).  ``added`` = config
 minus none.  Goal (issue 19): ours added <= 1/2 of 8.3.3's.  Results: benchmarks/free_benchmark_results.md.
 """
 from __future__ import annotations
@@ -37,7 +38,7 @@ RESULTS = HERE / "free_benchmark_results.md"
 CONFIGS = {"improve": {"pert_mode": "improve_precision"},
            "add_noise": {"pert_mode": "add_noise"},
            "fix": {"pert_mode": "improve_precision", "handler_type": "fix"}}
-STEPS = {"d64": (2, 10), "d256": (1, 3)}       # (warm-up, timed)
+STEPS = {"d64": (2, 10), "d256": (1, 5)}       # (warm-up, timed)
 
 
 def worker(args) -> None:
@@ -117,6 +118,7 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default="d64,d256")
     ap.add_argument("--configs", default="improve,add_noise,fix")
     ap.add_argument("--ref8", default=None, help="the 8.3.3 venv (default: MSPROBE_REF8, else venv833 in the cache)")
+    ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args(argv)
     if args.worker:
@@ -138,22 +140,30 @@ def main(argv=None) -> int:
     port = 29600
     results = {}
     tmp = tempfile.mkdtemp(prefix="fb_bench_")
+
+    def keep(key, r):
+        old = results.get(key)
+        if old is None or ("median_ms" in r and r["median_ms"] < old.get("median_ms", float("inf"))):
+            results[key] = r
+
     try:
-        for model in models:
-            port += 1
-            results[(model, "none")] = run_one(our_py, ours_env, [], model, None, tmp, port)
-            for cfg in configs:
-                for label, py, e, flags in impls:
-                    port += 1
-                    results[(model, cfg, label)] = r = run_one(py, e, flags, model, CONFIGS[cfg], tmp, port)
-                    if "msprobe" in r and label == "8.3.3" and r["msprobe"] and str(ROOT) in r["msprobe"]:
-                        r["error"] = ["8.3.3 run imported our msprobe"]
-                    print(model, cfg, label, {k: v for k, v in r.items() if k != "times"}, flush=True)
+        for _round in range(args.repeat):
+            for model in models:
+                port += 1
+                keep((model, "none"), run_one(our_py, ours_env, [], model, None, tmp, port))
+                for cfg in configs:
+                    for label, py, e, flags in impls:
+                        port += 1
+                        r = run_one(py, e, flags, model, CONFIGS[cfg], tmp, port)
+                        if "msprobe" in r and label == "8.3.3" and r["msprobe"] and str(ROOT) in r["msprobe"]:
+                            r["error"] = ["8.3.3 run imported our msprobe"]
+                        keep((model, cfg, label), r)
+                        print(model, cfg, label, {k: v for k, v in r.items() if k != "times"}, flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     lines = [f"Machine: {machine_line()}", "",
              f"Run {datetime.datetime.now():%Y-%m-%d %H:%M}; reference venv {portable(ref_dir)}; "
-             f"median ms/step (warm-up, timed steps: {STEPS}); one thread.", ""]
+             f"lowest of {args.repeat} rounds of the median ms/step (warm-up, timed steps: {STEPS}); one thread.", ""]
     ok = True
     for model in models:
         none = results[(model, "none")].get("median_ms")
