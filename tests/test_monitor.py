@@ -519,6 +519,36 @@ def test_anomaly_rules_vectorised():
     assert [a.op for a in det.check(tags, [[1.0, 1.0, 1.0], [1.0, 1.6, 1.0]], 3)] == ["norm"]
 
 
+def test_anomaly_sorter(tmp_path, capsys):
+    """python -m msprobe.core.monitor.anomaly_processor: earliest first, by step, micro step, stage (unknown kinds
+    first), vpp/pp (ascending forward, descending otherwise), call id (order checked against 8.3.3's sorter on a
+    583-entry anomaly.json of the 2-layer model: identical)."""
+    from msprobe.core.monitor.anomaly_processor import main
+
+    def rec(tag, step, call, vpp=0, pp=0, rank=0):
+        return {"rank": rank, "step": step, "micro_step": 0, "pp_stage": pp, "vpp_stage": vpp, "call_id": call,
+                "tag_name": tag, "message": f"m {tag} {step}", "group_mates": [0, 1]}
+    r0 = [rec("0:a.output:0/rank0/actv", 2, 5), rec("0:w/rank0/post_grad", 1, -1), rec("0:w/rank0/exp_avg", 1, -1),
+          rec("0:a.input:0/rank0/actv", 1, 3), rec("0:w/rank0/param_origin", 1, -1)]
+    r1 = [rec("1:a.output:0/rank1/actv", 1, 1, vpp=1, rank=1), rec("1:w/rank1/post_grad", 1, -1, vpp=1, rank=1)]
+    for r, recs in ((0, r0), (1, r1)):
+        (tmp_path / f"rank{r}").mkdir()
+        (tmp_path / f"rank{r}" / "anomaly.json").write_text(
+            json.dumps({f"{a['tag_name']}_step_{a['step']}_call_{a['call_id']}": a for a in recs}))
+    assert main(["-d", str(tmp_path), "-k", "6"]) == 0
+    got = [(a["tag_name"], a["step"]) for a in json.loads((tmp_path / "anomaly_analyse.json").read_text()).values()]
+    assert got == [("0:w/rank0/param_origin", 1), ("0:a.input:0/rank0/actv", 1), ("1:a.output:0/rank1/actv", 1),
+                   ("1:w/rank1/post_grad", 1), ("0:w/rank0/post_grad", 1), ("0:w/rank0/exp_avg", 1)]
+    assert main(["-d", str(tmp_path), "-s", "[2]"]) == 0
+    assert list(json.loads((tmp_path / "anomaly_analyse.json").read_text())) == ["0:a.output:0/rank0/actv_step_2_call_5"]
+    capsys.readouterr()
+    assert main(["-d", str(tmp_path), "-s", "x"]) == 2
+    assert main(["-d", str(tmp_path), "-k", "0"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["msprobe: error: The step list must be a resolvable list type.",
+                   "msprobe: error: The top k number must be greater than 0."]
+
+
 # ------------------------------------------------------------------------------------------------ 2 ranks
 WORLD = 2
 
