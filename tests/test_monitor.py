@@ -416,6 +416,21 @@ def test_in_place_ops_after_hooked_modules_train_unchanged(tmp_path):
     assert not mon._failed
 
 
+def test_monitor_mbs_grad_records_every_micro_step(tmp_path):
+    cfg = {"targets": {"head.bias": {}}, "wg_distribution": True, "monitor_mbs_grad": True, "ops": ["norm"],
+           "ndigits": 10}
+    seen = {}
+
+    def probe(step, model, mon):
+        seen[step] = model.head.bias.grad.norm().item()
+    _, _, _, d = train(str(tmp_path), cfg, steps=2, grad_acc=3, probe=probe)
+    head, rows = read_csv(os.path.join(d, "grad_unreduced_1-1.csv"))
+    assert head == ["vpp_stage", "name", "step", "micro_step", "norm", "shape", "dtype"]
+    assert [(r[1], r[3]) for r in rows] == [("head.bias", "0"), ("head.bias", "1"), ("head.bias", "2")]
+    assert float(rows[2][4]) == pytest.approx(seen[1], rel=1e-6)     # after the last micro step: the total
+    assert float(rows[0][4]) != pytest.approx(seen[1], rel=1e-3)
+
+
 def test_a_failing_hook_is_logged_once_and_training_goes_on(tmp_path, monkeypatch):
     from msprobe.pytorch.monitor import stats
 

@@ -255,7 +255,8 @@ class TrainerMon:
         self.errlog = ErrorLog(self.rank_dir)
         cfg = self.config
         if self.format == "csv":
-            self.writer = CsvWriter(self.rank_dir, self.ops, cfg["ndigits"], cfg["step_count_per_record"])
+            micro = N.MICRO_PREFIXES + (("grad_unreduced",) if cfg["monitor_mbs_grad"] else ())
+            self.writer = CsvWriter(self.rank_dir, self.ops, cfg["ndigits"], cfg["step_count_per_record"], micro)
         elif self.format == "tensorboard":
             self.writer = TensorBoardWriter(self.rank_dir, self.ops)
             atexit.register(self._close_writer)
@@ -511,7 +512,16 @@ class TrainerMon:
             try:
                 c = counts.get(name, 0) + 1
                 counts[name] = c
-                if c % self.grad_acc_steps == 0:       # the last micro step: the accumulated gradient
+                micro = (c - 1) % self.grad_acc_steps
+                last = micro == self.grad_acc_steps - 1
+                if self.config["monitor_mbs_grad"]:
+                    # every micro step: the gradient accumulated so far, tagged '{param}:{micro}'
+                    row = self._add("grad_unreduced", N.tag(f"{name}:{micro}", self.rank, "acc_grad"), _vpp(name),
+                                    micro, len(self._cur.vecs), self._grad_of(p))
+                    g = self._grad_of(p)
+                    if last and _is_tensor(g):
+                        self._cur.grads[name] = (g, g._version, self._cur.vecs[row])
+                elif last:                              # the last micro step: the accumulated gradient
                     g = self._grad_of(p)
                     row = self._add("grad_unreduced", N.tag(name, self.rank, "acc_grad"), _vpp(name), 0,
                                     len(self._cur.vecs), g)
