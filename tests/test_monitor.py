@@ -431,6 +431,34 @@ def test_monitor_mbs_grad_records_every_micro_step(tmp_path):
     assert float(rows[0][4]) != pytest.approx(seen[1], rel=1e-3)
 
 
+def test_api_format_returns_the_step_s_metrics_and_writes_nothing(tmp_path):
+    cfg = {"targets": {}, "xy_distribution": True, "wg_distribution": True, "mv_distribution": True,
+           "format": "api", "ops": ["norm", "max"]}
+    got = {}
+
+    def probe(step, model, mon):
+        if step == 2:
+            actv, actv_grad = mon.generate_xy_metrics()
+            reduced, unreduced = mon.generate_wgrad_metrics()
+            got.update(actv=actv, actv_grad=actv_grad, unreduced=unreduced,
+                       fc1=model.blocks[0].fc1.weight.grad.norm().item())
+    losses, mon, _, d = train(str(tmp_path), cfg, steps=3, probe=probe)
+    assert got["actv"]["0:blocks.0.fc1.output:0/rank0/actv"]["shape"] == [4, 8, 128]
+    assert "0:blocks.0.fc1.input:0/rank0/actv_grad" in got["actv_grad"]
+    assert got["unreduced"]["0:blocks.0.fc1.weight/rank0/acc_grad"]["norm"] == pytest.approx(got["fc1"], rel=1e-5)
+    assert not os.path.exists(d)           # nothing written
+    assert losses == train(str(tmp_path / "plain"), steps=3)[0]
+
+
+def test_module_ranks_without_this_rank_monitors_nothing(tmp_path):
+    cfg = {"targets": {}, "xy_distribution": True, "wg_distribution": True, "module_ranks": [1]}
+    seen = []
+    losses, mon, _, d = train(str(tmp_path), cfg, steps=2,
+                              probe=lambda step, model, m: seen.append(len(model.blocks[0].fc1._forward_hooks)))
+    assert seen == [0, 0] and d is None and not os.path.exists(tmp_path / "monitor_output" / "anomaly_detected")
+    assert not [x for x in os.listdir(tmp_path / "monitor_output")]
+
+
 def test_a_failing_hook_is_logged_once_and_training_goes_on(tmp_path, monkeypatch):
     from msprobe.pytorch.monitor import stats
 

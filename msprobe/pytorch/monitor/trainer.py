@@ -247,11 +247,12 @@ class TrainerMon:
 
     def _open_outputs(self):
         self.rank_dir = os.path.join(self.output_base, N.rank_dir_name(self.rank))
-        try:
-            os.makedirs(self.rank_dir, mode=0o750, exist_ok=False)
-        except OSError as exc:
-            raise MsprobeError(f"MONITOR_OUTPUT_DIR {self.output_base}: cannot create the rank folder "
-                               f"({exc.strerror})") from None
+        if self.format != "api":          # api: nothing is written (a failure log would create the folder)
+            try:
+                os.makedirs(self.rank_dir, mode=0o750, exist_ok=False)
+            except OSError as exc:
+                raise MsprobeError(f"MONITOR_OUTPUT_DIR {self.output_base}: cannot create the rank folder "
+                                   f"({exc.strerror})") from None
         self.errlog = ErrorLog(self.rank_dir)
         cfg = self.config
         if self.format == "csv":
