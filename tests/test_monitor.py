@@ -459,6 +459,30 @@ def test_module_ranks_without_this_rank_monitors_nothing(tmp_path):
     assert not [x for x in os.listdir(tmp_path / "monitor_output")]
 
 
+def test_stack_info_and_print_struct(tmp_path):
+    cfg = {"targets": {}, "wg_distribution": True, "stack_info": True, "print_struct": True, "ops": ["norm"],
+           "step_count_per_record": 10}
+    losses, mon, lines, d = train(str(tmp_path), cfg, steps=3)
+    head, rows = read_csv(os.path.join(d, "stack_info.csv"))
+    assert head == ["module_name", "stack_info"]
+    stacks = dict(rows)
+    assert list(stacks)[:3] == ["0:emb", "0:blocks.0.ln1", "0:blocks.0.attn.qkv"]   # first-call order
+    assert "0:" in stacks and "0:blocks.1.fc2" in stacks
+    first = stacks["0:blocks.0.attn.qkv"].split(" \n")[0]
+    assert first.startswith("File ") and "test_monitor.py" in first and "in forward, \n" in first + " \n"
+    assert "self.qkv(x)" in stacks["0:blocks.0.attn.qkv"]
+    struct = json.load(open(tmp_path / "monitor_output" / "module_struct" / "rank0" / "module_struct.json"))
+    assert struct["0:blocks.0.fc1"] == {"input": {"config": "tensor", "0": "size=(4, 8, 32), dtype=torch.float32"},
+                                       "output": {"config": "tensor", "0": "size=(4, 8, 128), dtype=torch.float32"},
+                                       "input_grad": {"config": "tuple[1]", "0": "size=(4, 8, 32), dtype=torch.float32"},
+                                       "output_grad": {"config": "tuple[1]", "0": "size=(4, 8, 128), dtype=torch.float32"}}
+    assert any("save module struct to" in x for x in lines)
+    # print_struct stops monitoring after the first step (the reference stops the training): steps 0 only
+    _, rows = read_csv(os.path.join(d, "grad_reduced_0-9.csv"))
+    assert {r[2] for r in rows} == {"0"}
+    assert losses == train(str(tmp_path / "plain"), steps=3)[0]
+
+
 def test_a_failing_hook_is_logged_once_and_training_goes_on(tmp_path, monkeypatch):
     from msprobe.pytorch.monitor import stats
 

@@ -40,11 +40,12 @@ from msprobe.core.monitor.anomaly import YELLOW, RESET, AnomalyDetector
 from msprobe.core.monitor.config import check_output_dir, load_config
 from msprobe.core.monitor.writers import CsvWriter, TensorBoardWriter, write_anomalies
 from msprobe.pytorch.monitor.stats import StatPlan
+from msprobe.pytorch.monitor.structure import StackRecorder, StructRecorder
 
 log = logging.getLogger("msprobe")
 
 MAX_ALERT_LINES = 20          # console lines per step; the rest are counted (all are in anomaly.json)
-_UNSUPPORTED = ("ur_distribution", "recording_l2_features", "stack_info", "print_struct", "dynamic_on")
+_UNSUPPORTED = ("ur_distribution", "recording_l2_features", "dynamic_on")
 
 
 def _msg(text):
@@ -142,6 +143,9 @@ class TrainerMon:
         self.name2param = {}
         self.duplicate = set()
         self.modules = []         # (module, name, vpp)
+        self.every_module = []    # (module, name) of every module of every chunk
+        self._stack = None        # stack_info
+        self._struct = None       # print_struct
         self.grad_acc_steps = 1
 
     # ------------------------------------------------------------------------------------------ setup
@@ -171,6 +175,10 @@ class TrainerMon:
             return
         _msg(f"The optimizer type is {type(optimizer).__name__}")
         self._open_outputs()
+        if self.config["stack_info"]:
+            self._stack = StackRecorder(self.every_module, self._fail)
+        if self.config["print_struct"]:
+            self._struct = StructRecorder(self.every_module, self._fail)
         self._opt_handles = [optimizer.register_step_pre_hook(self._pre_step),
                              optimizer.register_step_post_hook(self._post_step)]
         self._on = self._collecting(self.step)
@@ -207,6 +215,7 @@ class TrainerMon:
         matched = set()
         for v, chunk in enumerate(chunks):
             pre = f"{v}:"
+            self.every_module += [(m, pre + N.squash_name(n, squash)) for n, m in chunk.named_modules()]
             for pname, p in chunk.named_parameters():
                 if not p.requires_grad:
                     continue
@@ -333,6 +342,10 @@ class TrainerMon:
                 if self.config["param_distribution"]:
                     self._optimizer_side(before=False)
                 self._finish_step()
+                if self._stack is not None and self.rank_dir and os.path.isdir(self.rank_dir):
+                    self._stack.remove()
+                    self._stack.write(self.rank_dir)
+                    self._stack = None
             except Exception as exc:   # noqa: BLE001
                 self._fail("monitor.step_end", exc)
             self._cur = _Step()
@@ -341,12 +354,28 @@ class TrainerMon:
             if self.collected >= self.collect_times:
                 _msg("Finish monitor")
         self.step += 1
+        if self._struct is not None:
+            self._save_struct()
         nxt = self._collecting(self.step)
         if nxt and not self._installed:
             self._install()
         elif not nxt and self._installed:
             self._uninstall()
         self._on = nxt
+
+    def _save_struct(self):
+        """print_struct: after the first step, save the structure and stop monitoring (the reference raises
+        'exit after first monitor step when print model struct' at the next step; training goes on here)."""
+        rec, self._struct = self._struct, None
+        try:
+            rec.remove()
+            path = rec.write(self.output_base, self.rank)
+            _msg(f"> save module struct to {path}")
+        except Exception as exc:   # noqa: BLE001
+            self._fail("monitor.print_struct", exc)
+        log.warning("msprobe monitor: print_struct is set: the module structure is saved and monitoring stops "
+                    "(training goes on; the reference stops the training here)")
+        self.enabled = False
 
     # ------------------------------------------------------------------------------------------ records
     def _add(self, prefix, tag, vpp, micro, call_id, t):
