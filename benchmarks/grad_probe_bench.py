@@ -11,7 +11,8 @@ calls ``debugger.monitor(model)`` and times ``steps`` more; each step is
 ``opt.zero_grad(); loss = CE(model(x), y); loss.backward(); opt.step()`` (the probe runs in the optimizer's
 pre-step hook).  ``every`` = 1 records every step (``"step": []``), ``every`` = 10 records steps 0, 10, 20 ...
 (``"step"`` lists them).  Step time = mean over the timed steps (a recorded step every 10 is part of the
-mean); ours writes its files on a background thread, so the time to drain it after the last step is added to
+mean; the process CPU time per step of both phases, all threads, is reported too); ours writes its files on
+a background thread, so the time to drain it after the last step is added to
 the total before dividing (nothing is left unwritten in the figure).  With ``--repeat R`` every process runs R
 times, in turn, and the lowest no-tool mean and the lowest with-probe mean of each point are kept.
 
@@ -58,16 +59,21 @@ def worker(a) -> None:
         F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1)).backward()
         opt.step()
 
-    def timed(n):
+    cpu = {}
+
+    def timed(n, key=None):
         out = []
+        c0 = time.process_time()
         for _ in range(n):
             t0 = time.perf_counter()
             one()
             out.append((time.perf_counter() - t0) * 1000.0)
+        if key:
+            cpu[key] = time.process_time() - c0
         return out
 
     timed(a.warmup)
-    base = timed(a.steps)
+    base = timed(a.steps, "base")
     info = {}
     if a.impl != "none":
         cfg = Path(a.tmp) / "cfg.json"
@@ -83,15 +89,18 @@ def worker(a) -> None:
         dbg = PrecisionDebugger(str(cfg))
         dbg.monitor(model)
         timed(a.warmup)
+        c0 = time.process_time()
         probe = timed(a.steps)
         t0 = time.perf_counter()
         svc = getattr(dbg, "service", None)
         if svc is not None and hasattr(svc, "monitor_"):     # ours: drain the background writer
             svc.monitor_.wait()
         drain = (time.perf_counter() - t0) * 1000.0
+        info["probe_cpu"] = (time.process_time() - c0) * 1000.0 / len(probe)
         info.update(probe_mean=(sum(probe) + drain) / len(probe), probe_median=statistics.median(probe),
                     drain_ms=drain)
-    info.update(base_mean=statistics.mean(base), base_median=statistics.median(base))
+    info.update(base_mean=statistics.mean(base), base_median=statistics.median(base),
+                base_cpu=cpu["base"] * 1000.0 / len(base))
     print("GPBENCH " + json.dumps(info), flush=True)
 
 
@@ -157,7 +166,7 @@ def main(argv=None) -> int:
                 if old is None or "error" in old:
                     res[(impl, every)] = r
                 elif "error" not in r:   # the lowest of each figure over the rounds (the least disturbed run)
-                    for key in ("base_mean", "probe_mean"):
+                    for key in ("base_mean", "probe_mean", "base_cpu", "probe_cpu"):
                         old[key] = min(old[key], r[key])
                 print(impl, every, json.dumps(r), flush=True)
     lines = ["# grad_probe step-time overhead (benchmarks/grad_probe_bench.py)", "",
@@ -167,9 +176,10 @@ def main(argv=None) -> int:
              "d256 TinyTransformer (4 blocks, d=256, seq 128, batch 2, SGD, 1 thread), grad_level L1, all parameters. "
              "Each row is one fresh process: `no tool` = the same process's steps before the debugger was built; "
              "`with probe` = mean ms/step with grad_probe on (ours: + draining its writer thread); "
-             "`added` = with probe - no tool.", "",
-             "| records | impl | no tool ms | with probe ms | added ms | x no tool | goal |",
-             "|---|---|---|---|---|---|---|"]
+             "`added` = with probe - no tool; `CPU ms`: process CPU time per step, all threads (ours' writer thread "
+             "included), the same phases.", "",
+             "| records | impl | no tool ms | with probe ms | added ms | x no tool | goal | CPU ms no tool / probe (added) |",
+             "|---|---|---|---|---|---|---|---|"]
     verdicts = []
     for every in everys:
         ref = res.get(("ref8", every), {})
@@ -178,7 +188,7 @@ def main(argv=None) -> int:
             label = "ours" if impl == "ours" else "8.3.3"
             what = "every step" if every == 1 else f"every {every} steps"
             if "error" in r or not r:
-                lines.append(f"| {what} | {label} | n/a ({r.get('error', 'not run')}) | | | | |")
+                lines.append(f"| {what} | {label} | n/a ({r.get('error', 'not run')}) | | | | | |")
                 continue
             added = r["probe_mean"] - r["base_mean"]
             ratio = r["probe_mean"] / r["base_mean"]
@@ -192,8 +202,11 @@ def main(argv=None) -> int:
                 ok = ratio <= 1.1
                 goal = f"<= 1.1x no tool: {'pass' if ok else 'FAIL'}"
                 verdicts.append(ok)
+            cpu_cell = ""
+            if "probe_cpu" in r:
+                cpu_cell = f"{r['base_cpu']:.1f} / {r['probe_cpu']:.1f} ({r['probe_cpu'] - r['base_cpu']:.1f})"
             lines.append(f"| {what} | {label} | {r['base_mean']:.1f} | {r['probe_mean']:.1f} | {added:.1f} | "
-                         f"{ratio:.2f} | {goal} |")
+                         f"{ratio:.2f} | {goal} | {cpu_cell} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if not a.no_write:

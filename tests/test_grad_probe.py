@@ -388,3 +388,88 @@ def test_reference_comparator_reads_our_files(runs, tmp_path):
     our_rows = stats.read_summary(str(tmp_path / "ours" / "rank0" / "similarities.csv"))
     assert ref_rows == our_rows and ref_rows[0] == ["step", "19", "20", "21", "22"]
     assert ours[0].divergence.step == 21
+
+
+# ---------------------------------------------------------------------------------------------- smaller units
+
+def _expected_numbers(level, bounds, arrays):
+    rows = []
+    for g in arrays:
+        g = g.reshape(-1).astype(np.float32)
+        row = [float(g.max()), float(g.min()), float(np.float32(np.linalg.norm(g.astype(np.float64))))] if g.size \
+            else [np.nan, np.nan, 0.0]
+        if level == "L2":
+            if bounds:
+                b = np.searchsorted(np.asarray(bounds, dtype=np.float32), g, side="left")
+                row += [float(np.count_nonzero(b == i)) for i in range(len(bounds) + 1)]
+            row.append(float(np.count_nonzero(g == 0)))
+        rows.append(row)
+    return np.array(rows, dtype=np.float64)
+
+
+@pytest.mark.parametrize("level, bounds", [("L0", (-1, 0, 1)), ("L1", (-1, 0, 1)), ("L2", (-0.5, 0, 0.5)),
+                                           ("L2", ()), ("L2", (0.25,))])
+def test_compute_flat_and_compute_step_agree_with_numpy(level, bounds):
+    from msprobe.pytorch.grad_probe.grad_monitor import compute_step
+    rng = np.random.RandomState(3)
+    arrays = [rng.randn(5, 7).astype(np.float32), np.array([0.0, 0.5, -0.5, 0.25], dtype=np.float32),
+              rng.randn(3).astype(np.float32), np.zeros((0, 4), dtype=np.float32)]
+    arrays[0][0, :3] = 0.0
+    sizes = [a.size for a in arrays]
+    expected = _expected_numbers(level, bounds, arrays)
+    assert expected.shape[1] == stats.number_columns(level, bounds)
+    flat = np.concatenate([a.reshape(-1) for a in arrays])
+    numbers, md5s, dirs = stats.compute_flat(level, bounds, flat, sizes)
+    np.testing.assert_allclose(numbers[:, 3:], expected[:, 3:], rtol=0, atol=0)          # counts: exact
+    np.testing.assert_allclose(numbers[:, :3], expected[:, :3], rtol=1e-6)
+    names = [f"p{i}" for i in range(len(arrays))]
+    with torch.no_grad():
+        rec = compute_step(level, bounds, 0, names, [a.shape for a in arrays], [torch.from_numpy(a) for a in arrays])
+    np.testing.assert_allclose(rec.numbers[:, 3:], expected[:, 3:], rtol=0, atol=0)
+    np.testing.assert_allclose(rec.numbers[:, :3], expected[:, :3], rtol=1e-6)
+    if level == "L0":
+        crc = ["%08x" % (zlib.crc32(a.tobytes()) & 0xFFFFFFFF) for a in arrays]
+        assert md5s == crc and rec.md5s == crc and dirs is None and rec.directions is None
+    else:
+        assert np.array_equal(dirs, flat > 0)
+        assert all(np.array_equal(d, a > 0) for d, a in zip(rec.directions, arrays))
+    rows = stats.summary_rows(level, bounds, names, [a.shape for a in arrays], numbers, md5s)
+    assert all(len(r) == len(rows[0]) for r in rows)           # empty bounds: only "=0", as long as the header
+    if level == "L2" and not bounds:
+        assert rows[0] == ["param_name", "=0", "max", "min", "norm", "shape"]
+        assert rows[1][1] == 3 / 35
+
+
+def test_rerun_replaces_the_recorded_steps(tmp_path, caplog):
+    _mlp_run(tmp_path, {"grad_level": "L1"}, n_steps=2)
+    with caplog.at_level("WARNING", logger="msprobe"):
+        rank, grads = _mlp_run(tmp_path, {"grad_level": "L1"}, n_steps=1)
+    assert "earlier run" in caplog.text and "step0 will be deleted" in caplog.text
+    assert sorted(os.listdir(rank)) == ["grad_summary_0.csv", "grad_summary_1.csv", "step0", "step1"]  # no temp left
+    for n, g in grads[0].items():
+        assert np.array_equal(np.load(rank / "step0" / f"{n}.npy"), g.numpy() > 0)
+
+
+_DIST = r"""
+import json, sys, torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method=sys.argv[1], rank=0, world_size=1)
+from msprobe.pytorch import PrecisionDebugger
+json.dump({"task": "grad_probe", "dump_path": sys.argv[2], "rank": json.loads(sys.argv[3])}, open(sys.argv[2] + ".json", "w"))
+model = torch.nn.Linear(3, 2)
+PrecisionDebugger(sys.argv[2] + ".json").monitor(model)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+model(torch.ones(1, 3)).sum().backward()
+opt.step()
+PrecisionDebugger._reset_for_tests()
+dist.destroy_process_group()
+"""
+
+
+def test_rank_filter_with_torch_distributed(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    for ranks, written in (("[1]", False), ("[0]", True)):
+        dump = tmp_path / f"d{ranks[1]}"
+        proc = subprocess.run([sys.executable, "-c", _DIST, f"file://{tmp_path}/init{ranks[1]}", str(dump), ranks],
+                              capture_output=True, text=True, timeout=120, env=env, cwd=str(tmp_path))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert (dump / "rank0" / "grad_summary_0.csv").exists() is written

@@ -135,6 +135,7 @@ def compute_flat(level: str, bounds: Sequence, flat: np.ndarray, sizes: Sequence
     numbers = np.full((p, ncols), np.nan, dtype=np.float64)
     starts = np.concatenate(([0], np.cumsum(sizes)[:-1])) if p else np.zeros(0, dtype=np.int64)
     full = sizes > 0
+    numbers[~full, 2] = 0.0            # an empty gradient: max/min nan (no values), norm 0
     if full.any():
         idx = starts[full]
         numbers[full, 0] = np.maximum.reduceat(flat, idx).astype(np.float32)

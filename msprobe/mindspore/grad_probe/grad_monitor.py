@@ -134,7 +134,7 @@ def compute_step(level, bounds, step, names, grads) -> StepRecord:
         if g.size:
             vals = [ops.amax(g).astype(ms.float32), ops.amin(g).astype(ms.float32), ops.norm(g).astype(ms.float32)]
         else:
-            vals = [ms.Tensor(float("nan"), ms.float32)] * 3
+            vals = [ms.Tensor(float("nan"), ms.float32)] * 2 + [ms.Tensor(0.0, ms.float32)]   # as stats.compute_flat
         vals = [v.astype(ms.float64).reshape(1) for v in vals]
         if stats.has_distribution(level):
             if bounds:
