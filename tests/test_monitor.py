@@ -483,6 +483,39 @@ def test_stack_info_and_print_struct(tmp_path):
     assert losses == train(str(tmp_path / "plain"), steps=3)[0]
 
 
+def test_dynamic_mode(tmp_path, monkeypatch):
+    """DYNAMIC_MONITOR=true: nothing until the config file changes with dynamic_on true; then collect_times
+    steps from the next step on, and the file gets dynamic_on false; a bad update keeps the state."""
+    monkeypatch.setenv("DYNAMIC_MONITOR", "true")
+    path = tmp_path / "monitor_config.json"
+    on = {"targets": {}, "wg_distribution": True, "ops": ["norm"], "dynamic_on": True, "collect_times": 2,
+          "step_count_per_record": 100}
+    seen = {}
+
+    def write(cfg, stamp):
+        path.write_text(json.dumps(cfg))
+        os.utime(path, ns=(stamp, stamp))
+
+    def probe(step, model, mon):
+        seen[step] = len(mon._handles)
+        if step == 2:
+            write(on, 2_000_000_000_000_000_000)
+        if step == 5:
+            seen["file"] = json.loads(path.read_text())
+        if step == 6:
+            write({"dynamic_on": True, "bogus": 1}, 3_000_000_000_000_000_000)
+    losses, mon, lines, d = train(str(tmp_path), {"dynamic_on": False, "wg_distribution": True}, steps=8,
+                                  probe=probe)
+    assert [seen[s] > 0 for s in range(8)] == [False, False, False, True, True, False, False, False]
+    assert any("config is updated at step2, will start new hook at step3." in x for x in lines)
+    _, rows = read_csv(os.path.join(mon.rank_dir, "grad_reduced_0-99.csv"))
+    assert sorted({int(r[2]) for r in rows}) == [3, 4]
+    assert seen["file"] == dict(on, dynamic_on=False)          # rewritten after the last collection
+    assert any("get config.json wrong because" in x and "bogus" in x for x in lines)
+    assert any("Finish monitor, set config'dynamic_on=False" in x for x in lines)
+    assert losses == train(str(tmp_path / "plain"), steps=8)[0]
+
+
 def test_a_failing_hook_is_logged_once_and_training_goes_on(tmp_path, monkeypatch):
     from msprobe.pytorch.monitor import stats
 

@@ -25,8 +25,10 @@ records are dropped; training goes on.
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 import math
+import tempfile
 import os
 import weakref
 
@@ -45,7 +47,7 @@ from msprobe.pytorch.monitor.structure import StackRecorder, StructRecorder
 log = logging.getLogger("msprobe")
 
 MAX_ALERT_LINES = 20          # console lines per step; the rest are counted (all are in anomaly.json)
-_UNSUPPORTED = ("ur_distribution", "recording_l2_features", "dynamic_on")
+_UNSUPPORTED = ("ur_distribution", "recording_l2_features")
 
 
 def _msg(text):
@@ -89,29 +91,15 @@ class TrainerMon:
         self.process_group = process_group
         self.params_have_main_grad = bool(params_have_main_grad)
         self.output_base = check_output_dir(os.environ.get("MONITOR_OUTPUT_DIR", "./monitor_output"))
-        if str(os.environ.get("DYNAMIC_MONITOR", "")).lower() == "true":
-            log.warning("msprobe monitor: DYNAMIC_MONITOR is set but dynamic mode is not supported by this "
-                        "version; the config is read once, at construction")
-        for key in _UNSUPPORTED:
-            if self.config.get(key):
-                log.warning("msprobe monitor: %s is not supported by this version and is ignored", key)
-        if self.config["cc_distribution"].get("enable"):
-            log.warning("msprobe monitor: cc_distribution is not supported by this version and is ignored")
-        if self.config["append_output"]:
-            log.warning("msprobe monitor: append_output is not supported by this version; a new rank folder "
-                        "is written")
-        _msg(f"current config: {self.config}")
-        cfg = self.config
-        self.ops = cfg["ops"]
-        self.plan = StatPlan(self.ops, cfg["eps"])
-        self.numeric_ops = self.plan.ops
-        self.start_step = cfg["start_step"]
-        self.step_interval = cfg["step_interval"]
-        self.collect_times = cfg["collect_times"]
-        self.format = cfg["format"]
-        self.detector = AnomalyDetector(cfg["alert"]["rules"], tuple(self.numeric_ops))
+        self.dynamic = str(os.environ.get("DYNAMIC_MONITOR", "")).lower() == "true"
+        self._dyn_on = False      # dynamic mode: a config update with dynamic_on true is in force
+        self._dyn_mtime = None
+        if self.dynamic:
+            log.warning("DYNAMIC_MONITOR is set, please make sure you have 'dynamic_on' and 'collect_times' in %s",
+                        config_file_path)
+            self._dyn_mtime = self._mtime()
+        self._apply_config(self.config)
         self.rank = torch.distributed.get_rank() if self._dist() else 0
-        self.module_ranks = cfg["module_ranks"]
         self.enabled = not self.module_ranks or self.rank in self.module_ranks
         self.group_mates = [self.rank]
         self.pp_stage = 0
@@ -147,8 +135,30 @@ class TrainerMon:
         self._stack = None        # stack_info
         self._struct = None       # print_struct
         self.grad_acc_steps = 1
+        self._groups = (None, None)
 
     # ------------------------------------------------------------------------------------------ setup
+    def _apply_config(self, cfg):
+        for key in _UNSUPPORTED:
+            if cfg.get(key):
+                log.warning("msprobe monitor: %s is not supported by this version and is ignored", key)
+        if cfg["cc_distribution"].get("enable"):
+            log.warning("msprobe monitor: cc_distribution is not supported by this version and is ignored")
+        if cfg["append_output"]:
+            log.warning("msprobe monitor: append_output is not supported by this version; a new rank folder "
+                        "is written")
+        _msg(f"current config: {cfg}")
+        self.config = cfg
+        self.ops = cfg["ops"]
+        self.plan = StatPlan(self.ops, cfg["eps"])
+        self.numeric_ops = self.plan.ops
+        self.start_step = cfg["start_step"]
+        self.step_interval = cfg["step_interval"]
+        self.collect_times = cfg["collect_times"]
+        self.format = cfg["format"]
+        self.detector = AnomalyDetector(cfg["alert"]["rules"], tuple(self.numeric_ops))
+        self.module_ranks = cfg["module_ranks"]
+
     @staticmethod
     def _dist():
         return torch.distributed.is_available() and torch.distributed.is_initialized()
@@ -169,6 +179,13 @@ class TrainerMon:
                                "counts steps with its step hooks)")
         self.model, self.optimizer = chunks, optimizer
         self.step = int(start_iteration)
+        self._groups = (tp_group, dp_group)
+        if self.dynamic:
+            # dynamic mode: nothing is hooked until the config file changes with "dynamic_on": true
+            self._opt_handles = [optimizer.register_step_pre_hook(self._pre_step),
+                                 optimizer.register_step_post_hook(self._post_step)]
+            _msg("msprobe monitor: dynamic mode, waiting for the config file to change with \"dynamic_on\": true")
+            return
         self._select(chunks, tp_group, dp_group)
         if not self.enabled:
             _msg(f"msprobe monitor: rank {self.rank} is not in module_ranks {self.module_ranks}; not monitored")
@@ -284,7 +301,7 @@ class TrainerMon:
 
     # ------------------------------------------------------------------------------------------ stepping
     def _collecting(self, step):
-        return (self.enabled and self.collected < self.collect_times and step >= self.start_step
+        return ((not self.dynamic or self._dyn_on) and self.enabled and self.collected < self.collect_times and step >= self.start_step
                 and (step - self.start_step) % self.step_interval == 0)
 
     def _install(self):
@@ -353,7 +370,11 @@ class TrainerMon:
             self.collected += 1
             if self.collected >= self.collect_times:
                 _msg("Finish monitor")
+                if self.dynamic and self._dyn_on:
+                    self._dynamic_finish()
         self.step += 1
+        if self.dynamic:
+            self._dynamic_check()
         if self._struct is not None:
             self._save_struct()
         nxt = self._collecting(self.step)
@@ -362,6 +383,70 @@ class TrainerMon:
         elif not nxt and self._installed:
             self._uninstall()
         self._on = nxt
+
+    # ------------------------------------------------------------------------------------------ dynamic mode
+    def _mtime(self):
+        try:
+            return os.stat(self.config_file_path).st_mtime_ns
+        except OSError:
+            return None
+
+    def _dynamic_check(self):
+        """After each step (DYNAMIC_MONITOR=true): a changed config file with "dynamic_on": true is validated and
+        applied from the next step on (new rank folder); a bad one keeps the current state."""
+        m = self._mtime()
+        if m is None or m == self._dyn_mtime:
+            return
+        self._dyn_mtime = m
+        try:
+            cfg = load_config(self.config_file_path)
+        except Exception as exc:   # noqa: BLE001
+            log.warning("get config.json wrong because %s, not updated, please check!!!", exc)
+            return
+        if not cfg["dynamic_on"]:
+            return
+        saved = dict(self.__dict__)
+        self._uninstall()
+        try:
+            cfg["start_step"] = self.step
+            self._apply_config(cfg)
+            self.enabled = not self.module_ranks or self.rank in self.module_ranks
+            self.param2name, self.name2param, self.duplicate, self.modules, self.every_module = {}, {}, set(), [], []
+            self._select(self.model, *self._groups)
+            self.anomalies = {}
+            if self.enabled:
+                self._open_outputs()
+            self.collected = 0
+            self._dyn_on = True
+            self._cur, self._pending_none = _Step(), []
+            _msg(f"config is updated at step{self.step - 1}, will start new hook at step{self.step}.")
+        except Exception as exc:   # noqa: BLE001
+            self.__dict__.update(saved)
+            self._installed = False
+            log.warning("set config wrong because %s, not updated, please check!!!", exc)
+
+    def _dynamic_finish(self):
+        """collect_times reached in dynamic mode: the config file gets "dynamic_on": false (the reference's
+        way of saying the monitor is idle until the user turns it on again)."""
+        self._dyn_on = False
+        try:
+            with open(self.config_file_path, encoding="utf-8") as f:
+                raw = json.load(f)
+            raw["dynamic_on"] = False
+            directory = os.path.dirname(os.path.abspath(self.config_file_path))
+            fd, tmp = tempfile.mkstemp(prefix=".monitor_config-", suffix=".tmp", dir=directory)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    json.dump(raw, f, indent=2)
+                os.chmod(tmp, os.stat(self.config_file_path).st_mode & 0o777)
+                os.replace(tmp, self.config_file_path)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+            self._dyn_mtime = self._mtime()
+            _msg("Finish monitor, set config'dynamic_on=False, will restart by set it to True and update config")
+        except Exception as exc:   # noqa: BLE001
+            log.warning("Finish monitor, set config'dynamic_on=False fail because %s, please check!!!", exc)
 
     def _save_struct(self):
         """print_struct: after the first step, save the structure and stop monitoring (the reference raises
