@@ -516,6 +516,31 @@ def test_dynamic_mode(tmp_path, monkeypatch):
     assert losses == train(str(tmp_path / "plain"), steps=8)[0]
 
 
+def test_ur_distribution_heatmaps(tmp_path):
+    ea = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator",
+                             reason="tensorboard is not installed (pip install tensorboard)")
+    cfg = {"targets": {"head.weight": {}}, "ur_distribution": True, "format": "tensorboard", "ops": ["norm"]}
+    want = {}
+
+    def probe(step, model, mon):       # Adam's bias-corrected update of head.weight before this step's update
+        st = mon.optimizer.state.get(model.head.weight)
+        if st:
+            b1, b2 = mon.optimizer.defaults["betas"]
+            m = st["exp_avg"] / (1 - b1 ** float(st["step"]))
+            v = st["exp_avg_sq"] / (1 - b2 ** float(st["step"]))
+            want[step] = torch.histc(m / (v.sqrt() + mon.optimizer.defaults["eps"]), 30, -1, 1).tolist()
+    _, mon, _, d = train(str(tmp_path), cfg, steps=4, probe=probe)
+    cols = mon._heat["0:head.weight/rank0/adam_update"]
+    assert [c.tolist() for c in cols] == [want[1], want[2], want[3]]     # Adam's state is empty at step 0
+    acc = ea.EventAccumulator(d, size_guidance={ea.IMAGES: 0})
+    acc.Reload()
+    assert set(acc.Tags()["images"]) == {"0:head.weight/rank0/adam_update", "0:head.weight/rank0/adam_ratio"}
+    imgs = acc.Images("0:head.weight/rank0/adam_update")
+    assert [i.step for i in imgs] == [1, 2, 3]
+    assert imgs[-1].encoded_image_string[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (imgs[-1].height, imgs[-1].width) == (30 * 6, 3 * 4)          # 30 bins x 3 collected steps
+
+
 def test_a_failing_hook_is_logged_once_and_training_goes_on(tmp_path, monkeypatch):
     from msprobe.pytorch.monitor import stats
 

@@ -144,6 +144,12 @@ class TensorBoardWriter:
         S = self._Summary
         self.add([S.Value(tag=t, simple_value=float(v)) for t, v in pairs], step)
 
+    def image(self, tag, png: bytes, height: int, width: int, step):
+        """One PNG image summary (e.g. the ur_distribution heatmaps)."""
+        S = self._Summary
+        img = S.Image(height=int(height), width=int(width), colorspace=3, encoded_image_string=png)
+        self.add([S.Value(tag=tag, image=img)], step)
+
     def flush(self):
         self._writer.flush()
 

@@ -39,6 +39,7 @@ from msprobe.core.dump.errorlog import ErrorLog
 from msprobe.core.errors import MsprobeError
 from msprobe.core.monitor import names as N
 from msprobe.core.monitor.anomaly import YELLOW, RESET, AnomalyDetector
+from msprobe.core.monitor import heatmap
 from msprobe.core.monitor.config import check_output_dir, load_config
 from msprobe.core.monitor.writers import CsvWriter, TensorBoardWriter, write_anomalies
 from msprobe.pytorch.monitor.stats import StatPlan
@@ -47,7 +48,7 @@ from msprobe.pytorch.monitor.structure import StackRecorder, StructRecorder
 log = logging.getLogger("msprobe")
 
 MAX_ALERT_LINES = 20          # console lines per step; the rest are counted (all are in anomaly.json)
-_UNSUPPORTED = ("ur_distribution", "recording_l2_features")
+_UNSUPPORTED = ("recording_l2_features",)
 
 
 def _msg(text):
@@ -72,7 +73,7 @@ def _tensors(obj):
 class _Step:
     """What one collected step has gathered so far."""
 
-    __slots__ = ("index", "vecs", "meta", "cache", "grads")
+    __slots__ = ("index", "vecs", "meta", "cache", "grads", "hists")
 
     def __init__(self):
         self.index = {}    # tag -> row (a tag seen again in the step replaces its row, as the reference's dict)
@@ -80,6 +81,7 @@ class _Step:
         self.meta = []     # row -> (prefix, tag, vpp, micro, call_id, shape, dtype)
         self.cache = {}    # (data_ptr, shape, stride, dtype) -> (weakref, version, vector)
         self.grads = {}    # parameter name -> (gradient, version, vector) of its unreduced record
+        self.hists = []    # ur_distribution: (tag, 30-bin histogram on the device)
 
 
 class TrainerMon:
@@ -136,6 +138,8 @@ class TrainerMon:
         self._struct = None       # print_struct
         self.grad_acc_steps = 1
         self._groups = (None, None)
+        self._heat = {}           # ur_distribution: tag -> histogram columns of the collected steps
+        self._hist_host = None
 
     # ------------------------------------------------------------------------------------------ setup
     def _apply_config(self, cfg):
@@ -691,30 +695,61 @@ class TrainerMon:
                             else:
                                 d = ((torch.sign(g) * torch.sign(m)).sum(dtype=torch.float32) / g.numel() + 1) / 2
                         self._add("other", N.tag(name, self.rank, "mg_direction"), vpp, 0, -1, d)
+        if cfg["ur_distribution"]:
+            self._update_ratio(opt)
         if state_missing:
             log.warning("optimizer state can not accessed")
 
+    def _update_ratio(self, opt):
+        """ur_distribution: Adam's bias-corrected update m^/(sqrt(v^)+eps) and ratio m^/sqrt(v^) of every
+        monitored parameter, as 30-bin histograms over [-1, 1] (on the device)."""
+        defaults = getattr(opt, "defaults", {})
+        betas, eps = defaults.get("betas"), defaults.get("eps")
+        if not betas or eps is None:
+            return
+        for name, p in self.name2param.items():
+            st = opt.state.get(p)
+            if not st or st.get("exp_avg") is None or st.get("exp_avg_sq") is None:
+                continue
+            step = st.get("step", opt.param_groups[0].get("step") if opt.param_groups else None)
+            if step is None:
+                log.warning("step of %s is None, maybe something wrong happened.", name)
+                continue
+            step = float(step)
+            m = st["exp_avg"].detach().float() / (1 - betas[0] ** step)
+            v = torch.sqrt(st["exp_avg_sq"].detach().float() / (1 - betas[1] ** step))
+            ratio = m / v
+            update = m / (v + eps)
+            for kind, t in (("adam_update", update), ("adam_ratio", ratio)):
+                self._cur.hists.append((N.tag(name, self.rank, kind),
+                                        torch.histc(t, bins=heatmap.BINS, min=heatmap.LOW, max=heatmap.HIGH)))
+
     # ------------------------------------------------------------------------------------------ step end
     def _gather(self):
-        """One host transfer: (meta rows, float64 matrix rows x numeric ops)."""
+        """One host transfer: (meta rows, float64 matrix rows x numeric ops); the ur_distribution histograms
+        travel in the same transfer (self._hist_host)."""
         cur = self._cur
         k = len(self.numeric_ops)
         vals = np.full((len(cur.vecs), k), np.nan)
         have = [i for i, v in enumerate(cur.vecs) if v is not None]
+        if not have and not cur.hists:
+            return cur.meta, vals
+        parts = [cur.vecs[i] for i in have] + [h for _, h in cur.hists]
+        try:
+            flat = torch.cat(parts).to(torch.float64).cpu().numpy()
+        except RuntimeError:     # tensors on several devices: one transfer per tensor
+            flat = np.concatenate([p.to("cpu", torch.float64).numpy() for p in parts])
+        n = len(have) * k
+        if cur.hists:
+            self._hist_host = flat[n:].reshape(len(cur.hists), -1)
         if have:
-            vecs = [cur.vecs[i] for i in have]
-            devs = {v.device for v in vecs}
-            if len(devs) == 1:
-                host = torch.stack(vecs).to(torch.float64).cpu().numpy()
-            else:
-                host = torch.stack([v.to("cpu", torch.float64) for v in vecs]).numpy()
             numel = np.array([math.prod(cur.meta[i][5]) for i in have], dtype=np.float64)
-            vals[have] = self.plan.finish(host, numel)
+            vals[have] = self.plan.finish(flat[:n].reshape(len(have), k), numel)
         return cur.meta, vals
 
     def _finish_step(self):
         meta, vals = self._gather()
-        if not meta:
+        if not meta and not self._cur.hists:
             return
         step = self.step
         prefixes = np.array([m[0] for m in meta])
@@ -727,10 +762,21 @@ class TrainerMon:
                                   [meta[r][5] for r in rows], [meta[r][6] for r in rows],
                                   vpp=[meta[r][2] for r in rows], micro=[meta[r][3] for r in rows])
             if self.format == "tensorboard":
+                if self._cur.hists:
+                    self._write_heatmaps(step)
                 self.writer.flush()
         if self.detector.enabled:
             found = self.detector.check(tags, vals, step, call_ids=[m[4] for m in meta])
             self._report(found)
+
+    def _write_heatmaps(self, step):
+        for (tag, _), col in zip(self._cur.hists, self._hist_host):
+            cols = self._heat.setdefault(tag, [])
+            cols.append(col)
+            if len(cols) > heatmap.MAX_COLUMNS:
+                del cols[0]
+            png, h, w = heatmap.heatmap_png(cols)
+            self.writer.image(tag, png, h, w, step)
 
     def _report(self, found):
         if not found:
