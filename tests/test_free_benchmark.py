@@ -329,8 +329,20 @@ def test_check_mode_leaves_training_bit_identical(tmp_path):
         elif block.get("fuzz_stage") == "backward":
             assert rows and all(r[2] == "backward" and r[4].endswith(".backward") for r in rows), block
             assert any(r[4].startswith("Fragile.noisy_gelu") for r in rows), block
-        elif block["pert_mode"] in ("bit_noise", "add_noise", "change_value") and not block.get("if_preheat"):
+        elif block.get("if_preheat"):
+            assert all(r[3] != "0" for r in rows)      # the first step only counts the calls
+        elif block["pert_mode"] in ("bit_noise", "add_noise", "change_value"):
             assert any(r[4].startswith("Fragile.") for r in rows), block
+
+
+def test_async_dump_writes_through_the_writer_thread(tmp_path):
+    path, dump = _config(tmp_path, pert_mode="bit_noise", list=["Fragile"])
+    data = json.loads(open(path).read())
+    data["async_dump"] = True
+    open(path, "w").write(json.dumps(data))
+    train("noisy", steps=2, config=path)
+    rows = read_rows(dump)
+    assert {r[3] for r in rows} == {"0", "1"} and all(r[4].startswith("Fragile.") for r in rows)
 
 
 def test_fix_rescues_a_lossy_bf16_op(tmp_path):
