@@ -335,6 +335,29 @@ def test_check_mode_leaves_training_bit_identical(tmp_path):
             assert any(r[4].startswith("Fragile.") for r in rows), block
 
 
+def test_a_failing_rerun_never_reaches_the_training(tmp_path):
+    """A re-run that raises (here: the op refuses float32) is logged once in dump_error_info.log; training goes on
+    unchanged and the other APIs are still checked."""
+    old = fragile.noisy_gelu
+
+    def picky(x):
+        if x.dtype == torch.float32 and not torch.is_autocast_enabled("cpu"):
+            raise RuntimeError("picky_op: float32 is not supported")
+        return old(x)
+    base, base_grads, _ = train("noisy", steps=2)
+    path, dump = _config(tmp_path, pert_mode="improve_precision")
+    fragile.noisy_gelu = picky
+    try:
+        losses, grads, _ = train("noisy", steps=2, config=path)
+    finally:
+        fragile.noisy_gelu = old
+    assert all(torch.equal(a, b) for a, b in zip(losses, base)) and all(
+        torch.equal(a, b) for a, b in zip(grads, base_grads))
+    logs = glob.glob(os.path.join(dump, "step*", "rank*", "dump_error_info.log"))
+    assert logs and "picky_op: float32 is not supported" in open(logs[0]).read()
+    assert {r[4].rsplit(".", 2)[0] for r in read_rows(dump)} == {"Fragile.noisy_scale"}
+
+
 def test_async_dump_writes_through_the_writer_thread(tmp_path):
     path, dump = _config(tmp_path, pert_mode="bit_noise", list=["Fragile"])
     data = json.loads(open(path).read())
