@@ -689,7 +689,7 @@ def _worker(rank, port, out):
             raise RuntimeError("rank 1 statistics failure")
         stats.StatPlan.__call__ = boom
     cfg = {"targets": {}, "wg_distribution": True, "xy_distribution": True, "ops": ["norm", "max"],
-           "format": "csv", "step_count_per_record": 10}
+           "format": "csv", "step_count_per_record": 10, "cc_distribution": {"enable": True, "cc_pre_hook": True}}
     path = os.path.join(out, f"cfg{rank}.json")
     with open(path, "w") as f:
         json.dump(cfg, f)
@@ -701,21 +701,29 @@ def _worker(rank, port, out):
     mon = TrainerMon(path, params_have_main_grad=False)
     mon.set_monitor(model, optimizer=opt, dp_group=dist.group.WORLD)
     gen = torch.Generator().manual_seed(10 + rank)
-    losses = []
-    for _ in range(4):
+    losses, cc = [], {}
+    for step in range(4):
         x = torch.randint(0, 100, (4, 8), generator=gen)
         loss = F.cross_entropy(model(x).reshape(-1, 100), x.reshape(-1))
         loss.backward()
-        for p in model.parameters():
+        pre = [p.grad.norm().item() for p in model.parameters()]
+        work = dist.all_reduce(model.pos.grad, async_op=True)        # an async call: recorded at wait()
+        work.wait()
+        post = [model.pos.grad.norm().item()]
+        for p in list(model.parameters())[1:]:
             dist.all_reduce(p.grad)
+            post.append(p.grad.norm().item())
+        for p in model.parameters():
             p.grad.div_(WORLD)
+        cc[step] = {"pre": sum(pre), "post": sum(post)}
         opt.step()
         opt.zero_grad()
         losses.append(loss.item())
     w = model.head.weight.detach().clone()
     dist.all_reduce(w)
     with open(os.path.join(out, f"result{rank}.json"), "w") as f:
-        json.dump({"losses": losses, "rank_dir": mon.rank_dir, "same_weights": bool(torch.allclose(w / 2, model.head.weight))}, f)
+        json.dump({"losses": losses, "rank_dir": mon.rank_dir, "cc": cc,
+                   "same_weights": bool(torch.allclose(w / 2, model.head.weight))}, f)
     dist.destroy_process_group()
 
 
@@ -748,6 +756,14 @@ def test_two_ranks_on_gloo(tmp_path):
     assert "-rank0-" in os.path.basename(d0) and "-rank1-" in os.path.basename(d1)
     _, rows = read_csv(os.path.join(d0, "grad_reduced_0-9.csv"))
     assert sorted({int(r[2]) for r in rows}) == [0, 1, 2, 3] and any(r[1] == "head.weight" for r in rows)
+    # communication calls (cc_distribution, cc_pre_hook): per step, the sum of the norms of the all_reduce'd
+    # tensors before / after the calls (the reference's aggregation), the async call included
+    head, rows = read_csv(os.path.join(d0, "other_0-9.csv"))
+    by = {(r[1], int(r[2])): float(r[3]) for r in rows}
+    for step in range(4):
+        want = res[0]["cc"][str(step)]
+        assert by[("all_reduce.pre_0", step)] == pytest.approx(want["pre"], rel=1e-5)
+        assert by[("all_reduce.post_0", step)] == pytest.approx(want["post"], rel=1e-5)
     # rank 1's gradients are dp duplicates (not reported); its failed statistics leave no rows, only the log
     assert not glob.glob(os.path.join(d1, "grad_*.csv"))
     assert os.path.isfile(os.path.join(d1, "dump_error_info.log"))

@@ -36,9 +36,17 @@ def tag(name: str, rank: int, kind: str) -> str:
     return f"{name}/rank{rank}/{kind}"
 
 
+_CC_KIND = re.compile(r"^(pre|post)_\d+$")
+
+
 def csv_name(tag_name: str) -> str:
-    """The CSV ``name`` cell: the tag without its '{vpp}:' prefix, ':{micro}' suffix, rank and kind."""
-    name = tag_name.split("/")[0]
+    """The CSV ``name`` cell: the tag without its '{vpp}:' prefix, ':{micro}' suffix, rank and kind.  A
+    communication op keeps its kind (``all_reduce.post_0``): the reference drops it too and its rows of one op
+    then share one name."""
+    parts = tag_name.split("/")
+    name = parts[0]
+    if len(parts) == 3 and _CC_KIND.match(parts[2]):
+        return f"{name}.{parts[2]}"
     head, sep, rest = name.partition(":")
     if sep and head.isdigit():
         name = rest

@@ -73,7 +73,7 @@ def _tensors(obj):
 class _Step:
     """What one collected step has gathered so far."""
 
-    __slots__ = ("index", "vecs", "meta", "cache", "grads", "hists")
+    __slots__ = ("index", "vecs", "meta", "cache", "grads", "hists", "cc")
 
     def __init__(self):
         self.index = {}    # tag -> row (a tag seen again in the step replaces its row, as the reference's dict)
@@ -82,6 +82,7 @@ class _Step:
         self.cache = {}    # (data_ptr, shape, stride, dtype) -> (weakref, version, vector)
         self.grads = {}    # parameter name -> (gradient, version, vector) of its unreduced record
         self.hists = []    # ur_distribution: (tag, 30-bin histogram on the device)
+        self.cc = {}       # cc_distribution: tag -> [(vector, shape, dtype)] of the step's calls
 
 
 class TrainerMon:
@@ -102,6 +103,14 @@ class TrainerMon:
             self._dyn_mtime = self._mtime()
         self._apply_config(self.config)
         self.rank = torch.distributed.get_rank() if self._dist() else 0
+        self._cc = None
+        cc = self.config["cc_distribution"]
+        if cc.get("enable") and torch.distributed.is_available():
+            # as early as possible: before libraries keep their own references to the functions
+            from msprobe.pytorch.monitor.collectives import Collectives
+            self._cc = Collectives(self, cc.get("cc_codeline", []), cc.get("cc_pre_hook", False),
+                                   cc.get("cc_log_only", False))
+            self._cc.install()
         self.enabled = not self.module_ranks or self.rank in self.module_ranks
         self.group_mates = [self.rank]
         self.pp_stage = 0
@@ -146,8 +155,6 @@ class TrainerMon:
         for key in _UNSUPPORTED:
             if cfg.get(key):
                 log.warning("msprobe monitor: %s is not supported by this version and is ignored", key)
-        if cfg["cc_distribution"].get("enable"):
-            log.warning("msprobe monitor: cc_distribution is not supported by this version and is ignored")
         if cfg["append_output"]:
             log.warning("msprobe monitor: append_output is not supported by this version; a new rank folder "
                         "is written")
@@ -183,6 +190,9 @@ class TrainerMon:
                                "counts steps with its step hooks)")
         self.model, self.optimizer = chunks, optimizer
         self.step = int(start_iteration)
+        self._first_step = self.step
+        if self._dist():
+            self.rank = torch.distributed.get_rank()
         self._groups = (tp_group, dp_group)
         if self.dynamic:
             # dynamic mode: nothing is hooked until the config file changes with "dynamic_on": true
@@ -377,6 +387,11 @@ class TrainerMon:
                 if self.dynamic and self._dyn_on:
                     self._dynamic_finish()
         self.step += 1
+        if self._cc is not None and self._cc.log_only and self._cc.active and self.step - self._first_step >= 2:
+            self._cc.log_stacks()
+            self._cc.remove()
+            log.warning("msprobe monitor: cc_log_only: communication stacks printed; collecting them stops "
+                        "(training goes on; the reference stops the training here)")
         if self.dynamic:
             self._dynamic_check()
         if self._struct is not None:
@@ -460,10 +475,10 @@ class TrainerMon:
             rec.remove()
             path = rec.write(self.output_base, self.rank)
             _msg(f"> save module struct to {path}")
+            log.warning("msprobe monitor: print_struct: the module structure is saved to %s and monitoring stops "
+                        "(training goes on; the reference stops the training here)", path)
         except Exception as exc:   # noqa: BLE001
             self._fail("monitor.print_struct", exc)
-        log.warning("msprobe monitor: print_struct is set: the module structure is saved and monitoring stops "
-                    "(training goes on; the reference stops the training here)")
         self.enabled = False
 
     # ------------------------------------------------------------------------------------------ records
@@ -493,6 +508,10 @@ class TrainerMon:
             cur.vecs[row] = vec
             cur.meta[row] = meta
         return row
+
+    def _add_cc(self, tag, t):
+        """One communication call's tensor (aggregated per tag at the end of the step)."""
+        self._cur.cc.setdefault(tag, []).append((self.plan(t), list(t.shape), str(t.dtype)))
 
     def _add_vec(self, prefix, tag, vpp, t, vec):
         """A record whose statistics are already known (the same tensor, unchanged, reduced earlier)."""
@@ -727,25 +746,47 @@ class TrainerMon:
     # ------------------------------------------------------------------------------------------ step end
     def _gather(self):
         """One host transfer: (meta rows, float64 matrix rows x numeric ops); the ur_distribution histograms
-        travel in the same transfer (self._hist_host)."""
+        (self._hist_host) and the communication calls (aggregated into 'other' rows) travel in it too."""
         cur = self._cur
         k = len(self.numeric_ops)
+        meta = cur.meta
         vals = np.full((len(cur.vecs), k), np.nan)
         have = [i for i, v in enumerate(cur.vecs) if v is not None]
-        if not have and not cur.hists:
-            return cur.meta, vals
-        parts = [cur.vecs[i] for i in have] + [h for _, h in cur.hists]
+        calls = [(tag, c) for tag, cs in cur.cc.items() for c in cs]
+        if not have and not cur.hists and not calls:
+            return meta, vals
+        parts = [cur.vecs[i] for i in have] + [c[0] for _, c in calls] + [h for _, h in cur.hists]
         try:
             flat = torch.cat(parts).to(torch.float64).cpu().numpy()
         except RuntimeError:     # tensors on several devices: one transfer per tensor
             flat = np.concatenate([p.to("cpu", torch.float64).numpy() for p in parts])
-        n = len(have) * k
+        n, m = len(have) * k, len(calls) * k
         if cur.hists:
-            self._hist_host = flat[n:].reshape(len(cur.hists), -1)
+            self._hist_host = flat[n + m:].reshape(len(cur.hists), -1)
         if have:
             numel = np.array([math.prod(cur.meta[i][5]) for i in have], dtype=np.float64)
             vals[have] = self.plan.finish(flat[:n].reshape(len(have), k), numel)
-        return cur.meta, vals
+        if calls:
+            numel = np.array([math.prod(c[1]) for _, c in calls], dtype=np.float64)
+            cc_vals = self.plan.finish(flat[n:n + m].reshape(len(calls), k), numel)
+            tags = list(cur.cc)
+            owner = np.repeat(np.arange(len(tags)), [len(cur.cc[t]) for t in tags])
+            agg = np.full((len(tags), k), np.nan)
+            # the reference's aggregation of one op's calls in a step
+            how = {"min": np.minimum, "max": np.maximum, "norm": np.add, "nans": np.add, "zeros": np.add,
+                   "mean": np.add}
+            counts = np.bincount(owner, minlength=len(tags)).astype(np.float64)
+            for j, op in enumerate(self.numeric_ops):
+                ufunc = how.get(op)
+                if ufunc is None:
+                    continue
+                init = {np.minimum: np.inf, np.maximum: -np.inf}.get(ufunc, 0.0)
+                col = np.full(len(tags), init)
+                ufunc.at(col, owner, cc_vals[:, j])
+                agg[:, j] = col / counts if op in ("zeros", "mean") else col
+            meta = list(meta) + [("other", t, 0, 0, -1, cur.cc[t][-1][1], cur.cc[t][-1][2]) for t in tags]
+            vals = np.concatenate([vals, agg])
+        return meta, vals
 
     def _finish_step(self):
         meta, vals = self._gather()
@@ -822,6 +863,8 @@ class TrainerMon:
     def remove(self):
         """Remove every hook (the model and optimizer are left as they were)."""
         self._uninstall()
+        if self._cc is not None:
+            self._cc.remove()
         for h in self._opt_handles:
             h.remove()
         self._opt_handles = []
