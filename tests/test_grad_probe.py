@@ -452,24 +452,55 @@ def test_rerun_replaces_the_recorded_steps(tmp_path, caplog):
 
 _DIST = r"""
 import json, sys, torch, torch.distributed as dist
-dist.init_process_group("gloo", init_method=sys.argv[1], rank=0, world_size=1)
+init, dump, rank, world = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
 from msprobe.pytorch import PrecisionDebugger
-json.dump({"task": "grad_probe", "dump_path": sys.argv[2], "rank": json.loads(sys.argv[3])}, open(sys.argv[2] + ".json", "w"))
+from msprobe.core.dump.config import load_dump_config
+from msprobe.pytorch.grad_probe.grad_monitor import GradientMonitor
+torch.manual_seed(0)
 model = torch.nn.Linear(3, 2)
-PrecisionDebugger(sys.argv[2] + ".json").monitor(model)
+cfg = f"{dump}_only1.{rank}.json"          # through the debugger: rank [1]
+json.dump({"task": "grad_probe", "dump_path": dump + "_only1", "rank": [1]}, open(cfg, "w"))
+PrecisionDebugger(cfg).monitor(model)
+cfg = f"{dump}_both.{rank}.json"           # a second probe on the same model: every rank
+json.dump({"task": "grad_probe", "dump_path": dump + "_both", "rank": []}, open(cfg, "w"))
+second = GradientMonitor(load_dump_config(cfg))
+second.monitor(model)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
-model(torch.ones(1, 3)).sum().backward()
-opt.step()
+for step in range(2):
+    model(torch.full((1, 3), float(rank + step + 1))).sum().backward()
+    for p in model.parameters():          # data parallel: average the gradients
+        dist.all_reduce(p.grad)
+        p.grad /= world
+    opt.step()
+    opt.zero_grad()
 PrecisionDebugger._reset_for_tests()
+second.end()
 dist.destroy_process_group()
 """
 
 
-def test_rank_filter_with_torch_distributed(tmp_path):
+def _two_ranks(tmp_path, name):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    for ranks, written in (("[1]", False), ("[0]", True)):
-        dump = tmp_path / f"d{ranks[1]}"
-        proc = subprocess.run([sys.executable, "-c", _DIST, f"file://{tmp_path}/init{ranks[1]}", str(dump), ranks],
-                              capture_output=True, text=True, timeout=120, env=env, cwd=str(tmp_path))
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        assert (dump / "rank0" / "grad_summary_0.csv").exists() is written
+    dump = tmp_path / name
+    procs = [subprocess.Popen([sys.executable, "-c", _DIST, f"file://{tmp_path}/init_{name}", str(dump),
+                               str(r), "2"], env=env, cwd=str(tmp_path), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in range(2)]
+    for p in procs:
+        _, err = p.communicate(timeout=180)
+        assert p.returncode == 0, err[-2000:]
+    return dump
+
+
+def test_two_ranks_on_gloo(tmp_path):
+    """Each rank writes its own rank{R} folder (the rank filter is applied); compare_distributed pairs the ranks."""
+    _two_ranks(tmp_path, "d")
+    only1, both = tmp_path / "d_only1", tmp_path / "d_both"
+    assert os.listdir(only1) == ["rank1"]
+    assert sorted(os.listdir(only1 / "rank1")) == ["grad_summary_0.csv", "grad_summary_1.csv", "step0", "step1"]
+    assert sorted(os.listdir(both)) == ["rank0", "rank1"]
+    # after the all-reduce both ranks hold the same gradients
+    assert (both / "rank0" / "grad_summary_1.csv").read_bytes() == (both / "rank1" / "grad_summary_1.csv").read_bytes()
+    res = GradComparator.compare_distributed(str(both), str(only1), str(tmp_path / "cmp"), plots=False)
+    assert [os.path.basename(r.output_dir) for r in res] == ["rank1"]
+    assert res[0].divergence is None and res[0].similarities["summary"] == [1.0, 1.0]
