@@ -593,6 +593,12 @@ def test_bad_config_is_one_line(tmp_path, cfg, words):
         assert w in msg, msg
 
 
+def test_a_module_without_parameters_is_a_valid_target(tmp_path):
+    _, mon, _, _ = train(str(tmp_path), {"targets": {"blocks.0.act": {}, "head": {}}, "wg_distribution": True},
+                         steps=1)
+    assert sorted(mon.name2param) == ["0:head.bias", "0:head.weight"]
+
+
 def test_unwritable_output_dir_is_one_line(tmp_path):
     (tmp_path / "cfg.json").write_text("{}")
     blocker = tmp_path / "file"

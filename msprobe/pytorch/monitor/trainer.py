@@ -191,8 +191,9 @@ class TrainerMon:
         self.model, self.optimizer = chunks, optimizer
         self.step = int(start_iteration)
         self._first_step = self.step
-        if self._dist():
+        if self._dist():              # the process group may have been created after the constructor
             self.rank = torch.distributed.get_rank()
+            self.enabled = not self.module_ranks or self.rank in self.module_ranks
         self._groups = (tp_group, dp_group)
         if self.dynamic:
             # dynamic mode: nothing is hooked until the config file changes with "dynamic_on": true
@@ -264,16 +265,13 @@ class TrainerMon:
                 self.name2param[name] = p
                 if dp_dup or (tp_rank != 0 and not getattr(p, "tensor_model_parallel", False)):
                     self.duplicate.add(name)
-            if cfg["xy_distribution"]:
-                for mname, mod in chunk.named_modules():
-                    sq = N.squash_name(mname, squash)
-                    all_modules.append(mname)
-                    hits = [t for t in targets if t in (mname, sq, pre + mname, pre + sq)]
-                    if cfg["all_xy"] or hits:
-                        matched.update(hits)
-                        self.modules.append((mod, pre + sq, v))
-            else:
-                all_modules += [m for m, _ in chunk.named_modules()]
+            for mname, mod in chunk.named_modules():
+                sq = N.squash_name(mname, squash)
+                all_modules.append(mname)
+                hits = [t for t in targets if t in (mname, sq, pre + mname, pre + sq)]
+                matched.update(hits)          # a module name is a valid target whatever is switched on
+                if cfg["xy_distribution"] and (cfg["all_xy"] or hits):
+                    self.modules.append((mod, pre + sq, v))
         matched.add("")
         missing = [t for t in targets if t not in matched]
         if missing:
