@@ -358,6 +358,35 @@ def test_a_failing_rerun_never_reaches_the_training(tmp_path):
     assert {r[4].rsplit(".", 2)[0] for r in read_rows(dump)} == {"Fragile.noisy_scale"}
 
 
+def test_apis_writing_other_arguments_and_generators(tmp_path):
+    """BatchNorm's running statistics, embedding(max_norm) rows and an explicit torch.Generator: the re-runs
+    work on copies and replay the generator, so the training (statistics, weights, random draws) is unchanged."""
+    def run(config=None):
+        torch.manual_seed(0)
+        bn, emb = nn.BatchNorm1d(8), nn.Embedding(16, 8, max_norm=1.0)
+        with torch.no_grad():
+            emb.weight.mul_(3)
+        gen = torch.Generator().manual_seed(5)
+        dbg = PrecisionDebugger(config_path=config) if config else None
+        out = []
+        for _ in range(2):
+            if dbg:
+                dbg.start()
+            h = bn(emb(torch.arange(4)) + torch.normal(torch.zeros(4, 8), 1.0, generator=gen))
+            out.append(h.sum().detach())
+            if dbg:
+                dbg.stop()
+                dbg.step()
+        PrecisionDebugger._reset_for_tests()
+        return out + [bn.running_mean.clone(), bn.running_var.clone(), emb.weight.detach().clone(),
+                      torch.randn(3, generator=gen), torch.rand(3)]
+    base = run()
+    for mode in ("add_noise", "no_change"):
+        path, dump = _config(tmp_path, f"{mode}.json", pert_mode=mode)
+        assert all(torch.equal(a, b) for a, b in zip(run(path), base)), mode
+    assert read_rows(dump) == []            # no_change: the random draw was replayed
+
+
 def test_async_dump_writes_through_the_writer_thread(tmp_path):
     path, dump = _config(tmp_path, pert_mode="bit_noise", list=["Fragile"])
     data = json.loads(open(path).read())

@@ -40,29 +40,49 @@ def _autocast_state(device_type):
 
 
 class _Rng:
-    """The CPU (and the call's accelerator) random state: taken before the call, replayed for the re-run."""
+    """Every random state the call may draw from, taken before the call and replayed for the re-run: the CPU
+    generator, the current CUDA device's and the call's device's (a factory call like ``torch.randn(...,
+    device="cuda")`` has no tensor argument), and any ``torch.Generator`` passed to the call."""
 
-    __slots__ = ("device", "cpu", "dev")
+    __slots__ = ("states",)
 
-    def __init__(self, device):
-        self.device = device
-        self.cpu = torch.get_rng_state()
-        self.dev = None
-        if device.type == "cuda":
-            self.dev = torch.cuda.get_rng_state(device)
+    def __init__(self, device, args, kwargs):
+        states = [(torch.get_rng_state, torch.set_rng_state, torch.get_rng_state())]
+        cuda = getattr(torch, "cuda", None)
+        if cuda is not None and cuda.is_available() and cuda.is_initialized():
+            devices = {cuda.current_device()}
+            if device.type == "cuda":
+                devices.add(device.index if device.index is not None else cuda.current_device())
+            for d in devices:
+                states.append((lambda d=d: cuda.get_rng_state(d), lambda s, d=d: cuda.set_rng_state(s, d),
+                               cuda.get_rng_state(d)))
+        npu = getattr(torch, "npu", None)
+        if device.type == "npu" and npu is not None:
+            states.append((npu.get_rng_state, npu.set_rng_state, npu.get_rng_state()))
+        for g in _generators(args, kwargs):
+            states.append((g.get_state, g.set_state, g.get_state()))
+        self.states = states
 
     def replay(self, fn):
-        after_cpu = torch.get_rng_state()
-        after_dev = torch.cuda.get_rng_state(self.device) if self.dev is not None else None
-        torch.set_rng_state(self.cpu)
-        if self.dev is not None:
-            torch.cuda.set_rng_state(self.dev, self.device)
+        after = [get() for get, _set, _before in self.states]
+        for _get, put, before in self.states:
+            put(before)
         try:
             return fn()
         finally:
-            torch.set_rng_state(after_cpu)
-            if after_dev is not None:
-                torch.cuda.set_rng_state(after_dev, self.device)
+            for (_get, put, _before), state in zip(self.states, after):
+                put(state)
+
+
+def _generators(args, kwargs):
+    gens = [a for a in args if isinstance(a, torch.Generator)]
+    gens += [v for v in kwargs.values() if isinstance(v, torch.Generator)]
+    return gens
+
+
+# APIs that write into arguments other than their first (running statistics; embedding with max_norm renormalises
+# the weight rows it looks up): their re-run gets copies of those tensors
+_WRITES_OTHERS = ("batch_norm", "instance_norm", "embedding")
 
 
 class FreeBenchmark:
@@ -124,12 +144,19 @@ class FreeBenchmark:
         first = None
         if inplace and args:
             first = perturb.map_tensors(args[0], lambda t: t.detach().clone())
-        return plan, device, _autocast_state(device.type), _Rng(device), inplace, first
+        return plan, device, _autocast_state(device.type), _Rng(device, args, kwargs), inplace, first
 
-    def _rerun_inputs(self, prep, args, kwargs):
+    def _rerun_inputs(self, prep, name, args, kwargs):
         _plan, _device, _ac, _rng, inplace, first = prep
         if inplace and args:
             args = (first,) + tuple(args[1:])
+        api = name.rsplit(".", 1)[-1]
+        if "embedding" in api and kwargs.get("max_norm") is None and (len(args) < 4 or args[3] is None):
+            api = ""                                      # no max_norm: the weight is only read
+        if any(w in api for w in _WRITES_OTHERS) and args:
+            copy = lambda t: t.detach().clone()          # noqa: E731
+            args = (args[0],) + tuple(perturb.map_tensors(list(args[1:]), copy))
+            kwargs = {k: perturb.map_tensors(v, copy) for k, v in kwargs.items()}
         if "out" in kwargs or "inplace" in kwargs:
             kwargs = {k: v for k, v in kwargs.items() if k != "out"}
             if "inplace" in kwargs:
@@ -164,7 +191,7 @@ class FreeBenchmark:
     def _after(self, prep, name, n, func, args, kwargs, out):
         if not any(compare.comparable(t, t) for t in perturb.tensors(out)):
             return
-        rargs, rkwargs = self._rerun_inputs(prep, args, kwargs)
+        rargs, rkwargs = self._rerun_inputs(prep, name, args, kwargs)
         if self.cfg.backward:
             self._arm_backward(prep, name, n, func, rargs, rkwargs, out)
             return
