@@ -21,7 +21,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -472,10 +471,10 @@ def test_stack_info_and_print_struct(tmp_path):
     assert first.startswith("File ") and "test_monitor.py" in first and "in forward, \n" in first + " \n"
     assert "self.qkv(x)" in stacks["0:blocks.0.attn.qkv"]
     struct = json.load(open(tmp_path / "monitor_output" / "module_struct" / "rank0" / "module_struct.json"))
-    assert struct["0:blocks.0.fc1"] == {"input": {"config": "tensor", "0": "size=(4, 8, 32), dtype=torch.float32"},
-                                       "output": {"config": "tensor", "0": "size=(4, 8, 128), dtype=torch.float32"},
-                                       "input_grad": {"config": "tuple[1]", "0": "size=(4, 8, 32), dtype=torch.float32"},
-                                       "output_grad": {"config": "tuple[1]", "0": "size=(4, 8, 128), dtype=torch.float32"}}
+    a, b = "size=(4, 8, 32), dtype=torch.float32", "size=(4, 8, 128), dtype=torch.float32"
+    assert struct["0:blocks.0.fc1"] == {"input": {"config": "tensor", "0": a}, "output": {"config": "tensor", "0": b},
+                                       "input_grad": {"config": "tuple[1]", "0": a},
+                                       "output_grad": {"config": "tuple[1]", "0": b}}
     assert any("save module struct to" in x for x in lines)
     # print_struct stops monitoring after the first step (the reference stops the training): steps 0 only
     _, rows = read_csv(os.path.join(d, "grad_reduced_0-9.csv"))
@@ -585,7 +584,8 @@ def _cfg_error(tmp_path, cfg, model_targets=False):
      ["is not a rule", "did you mean 'AnomalyTurbulence'"]),
     ({"alert": {"rules": [{"rule_name": "AnomalyTurbulence", "args": {"threshold": -1}}]}}, ["threshold must be"]),
     ({"targets": {"blocks.0.fc9": {}}, "xy_distribution": True},
-     ["targets key 'blocks.0.fc9' is neither a module nor a parameter", "close names: ", "blocks.0.fc1", "blocks.0.fc2"]),
+     ["targets key 'blocks.0.fc9' is neither a module nor a parameter", "close names: ", "blocks.0.fc1",
+      "blocks.0.fc2"]),
 ])
 def test_bad_config_is_one_line(tmp_path, cfg, words):
     msg = _cfg_error(tmp_path, cfg)
@@ -671,7 +671,8 @@ def test_anomaly_sorter(tmp_path, capsys):
     assert got == [("0:w/rank0/param_origin", 1), ("0:a.input:0/rank0/actv", 1), ("1:a.output:0/rank1/actv", 1),
                    ("1:w/rank1/post_grad", 1), ("0:w/rank0/post_grad", 1), ("0:w/rank0/exp_avg", 1)]
     assert main(["-d", str(tmp_path), "-s", "[2]"]) == 0
-    assert list(json.loads((tmp_path / "anomaly_analyse.json").read_text())) == ["0:a.output:0/rank0/actv_step_2_call_5"]
+    got = list(json.loads((tmp_path / "anomaly_analyse.json").read_text()))
+    assert got == ["0:a.output:0/rank0/actv_step_2_call_5"]
     capsys.readouterr()
     assert main(["-d", str(tmp_path), "-s", "x"]) == 2
     assert main(["-d", str(tmp_path), "-k", "0"]) == 2

@@ -17,7 +17,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-d", "--monitor_path", required=True, metavar="DIR",
                    help="the monitor's output folder (MONITOR_OUTPUT_DIR) holding {time}-rank{R}-{id} folders")
     p.add_argument("-o", "--output_dirpath", default=None, metavar="DIR",
-                   help="where the event files go (default DIR/{time}-csv2tensorboard_by_step); must be empty or absent")
+                   help="where the event files go (default DIR/{time}-csv2tensorboard_by_step); must be empty or "
+                        "absent")
     p.add_argument("--time_start", default=None, metavar="TAG",
                    help="first rank-folder time tag to convert, e.g. Nov25_14-04-12 (closed range)")
     p.add_argument("--time_end", default=None, metavar="TAG", help="last rank-folder time tag to convert")

@@ -313,8 +313,8 @@ class TrainerMon:
 
     # ------------------------------------------------------------------------------------------ stepping
     def _collecting(self, step):
-        return ((not self.dynamic or self._dyn_on) and self.enabled and self.collected < self.collect_times and step >= self.start_step
-                and (step - self.start_step) % self.step_interval == 0)
+        return ((not self.dynamic or self._dyn_on) and self.enabled and self.collected < self.collect_times
+                and step >= self.start_step and (step - self.start_step) % self.step_interval == 0)
 
     def _install(self):
         if self._installed:
@@ -385,19 +385,24 @@ class TrainerMon:
                 if self.dynamic and self._dyn_on:
                     self._dynamic_finish()
         self.step += 1
-        if self._cc is not None and self._cc.log_only and self._cc.active and self.step - self._first_step >= 2:
-            self._cc.log_stacks()
-            self._cc.remove()
-            log.warning("msprobe monitor: cc_log_only: communication stacks printed; collecting them stops "
-                        "(training goes on; the reference stops the training here)")
-        if self.dynamic:
-            self._dynamic_check()
-        if self._struct is not None:
-            self._save_struct()
-        nxt = self._collecting(self.step)
-        if nxt and not self._installed:
-            self._install()
-        elif not nxt and self._installed:
+        try:
+            if self._cc is not None and self._cc.log_only and self._cc.active and self.step - self._first_step >= 2:
+                self._cc.remove()
+                self._cc.log_stacks()
+                log.warning("msprobe monitor: cc_log_only: communication stacks printed; collecting them stops "
+                            "(training goes on; the reference stops the training here)")
+            if self.dynamic:
+                self._dynamic_check()
+            if self._struct is not None:
+                self._save_struct()
+            nxt = self._collecting(self.step)
+            if nxt and not self._installed:
+                self._install()
+            elif not nxt and self._installed:
+                self._uninstall()
+        except Exception as exc:   # noqa: BLE001
+            self._fail("monitor.next_step", exc)
+            nxt = False
             self._uninstall()
         self._on = nxt
 
