@@ -504,3 +504,50 @@ def test_two_ranks_on_gloo(tmp_path):
     res = GradComparator.compare_distributed(str(both), str(only1), str(tmp_path / "cmp"), plots=False)
     assert [os.path.basename(r.output_dir) for r in res] == ["rank1"]
     assert res[0].divergence is None and res[0].similarities["summary"] == [1.0, 1.0]
+
+
+_REF_RUN = r"""
+import json, sys, torch, torch.nn as nn
+from msprobe.pytorch import PrecisionDebugger
+out, level = sys.argv[1], sys.argv[2]
+json.dump({"task": "grad_probe", "dump_path": out, "rank": [], "step": [0, 2],
+           "grad_probe": {"grad_level": level, "param_list": [], "bounds": [-0.01, 0, 0.01]}}, open(out + ".json", "w"))
+torch.manual_seed(0)
+debugger = PrecisionDebugger(out + ".json")
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+debugger.monitor(model)
+opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+for i in range(4):
+    model(torch.randn(4, 8)).pow(2).mean().backward()
+    opt.step()
+    opt.zero_grad()
+if getattr(debugger, "service", None) is not None and hasattr(debugger.service, "monitor_"):
+    debugger.service.monitor_.wait()
+"""
+
+
+def test_same_files_as_the_reference(tmp_path, level="L2"):
+    """The same script under mindstudio-probe 8.3.3 and under msprobe: the same files, the same values (L2: the
+    histogram and the directions; L0's CRC is checked against zlib above)."""
+    if not REF_PYTHON.exists():
+        pytest.skip(f"the reference (mindstudio-probe 8.3.3) is not installed at {REF_PYTHON}")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    ref = subprocess.run([str(REF_PYTHON), "-E", "-c", _REF_RUN, str(tmp_path / "ref"), level], capture_output=True,
+                         text=True, timeout=300, cwd=str(tmp_path), env=env)
+    assert ref.returncode == 0, ref.stderr[-2000:]
+    ours = subprocess.run([sys.executable, "-c", _REF_RUN, str(tmp_path / "ours"), level], capture_output=True,
+                          text=True, timeout=300, cwd=str(tmp_path), env=dict(env, PYTHONPATH=str(ROOT)))
+    assert ours.returncode == 0, ours.stderr[-2000:]
+    r, o = tmp_path / "ref" / "rank0", tmp_path / "ours" / "rank0"
+    assert sorted(os.listdir(r)) == sorted(os.listdir(o))
+    for step in (0, 2):
+        rr = stats.read_summary(str(r / f"grad_summary_{step}.csv"))
+        oo = stats.read_summary(str(o / f"grad_summary_{step}.csv"))
+        assert rr[0] == oo[0] and [x[0] for x in rr] == [x[0] for x in oo]
+        for a, b in zip(rr[1:], oo[1:]):
+            assert a[-1] == b[-1] and (level != "L0" or a[1] == b[1])          # shape, CRC
+            assert [float(v) for v in b[-4 if level == "L0" else 1:-1]] == pytest.approx(
+                [float(v) for v in a[-4 if level == "L0" else 1:-1]], rel=1e-6, abs=1e-9)
+        if level == "L2":
+            for name in os.listdir(r / f"step{step}"):
+                assert np.array_equal(np.load(r / f"step{step}" / name), np.load(o / f"step{step}" / name))
