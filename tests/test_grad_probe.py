@@ -358,6 +358,9 @@ def test_public_import_paths():
     assert G is G2 and "GradComparator" in msprobe.__all__
     assert GradStatCsv.generate_csv_header("L2", [-1, 0, 1]) == [
         "param_name", "(-inf, -1]", "(-1, 0]", "(0, 1]", "(1, inf)", "=0", "max", "min", "norm", "shape"]
+    from msprobe.core.grad_probe.constant import level_adp
+    for level in ("L0", "L1", "L2"):      # the reference passes its level_adp entry
+        assert GradStatCsv.generate_csv_header(level_adp[level], [-1, 0, 1]) == stats.csv_header(level, [-1, 0, 1])
     line = GradStatCsv.generate_csv_line("w", "L2", torch.tensor([[-2.0, 0.0], [0.5, 3.0]]), [-1, 0, 1])
     assert line == ["w", 0.25, 0.25, 0.25, 0.25, 0.25, 3.0, -2.0, pytest.approx(float(np.sqrt(13.25))), [2, 2]]
 
