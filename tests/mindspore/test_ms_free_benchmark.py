@@ -86,3 +86,36 @@ def test_ms_config_rules(tmp_path):
         path.write_text(json.dumps(dict(_cfg(**fb), dump_path=str(tmp_path / "d"))))
         with pytest.raises(MsprobeError, match=word):
             PrecisionDebugger(config_path=str(path))
+
+
+def test_ms_batch_norm_running_stats_unchanged(tmp_path):
+    """ops.batch_norm(training=True) writes its running statistics: the re-run updates copies."""
+    sys.path.insert(0, str(ROOT))
+    import numpy as np
+    import mindspore as ms
+    from mindspore import Parameter, Tensor, ops
+    from msprobe.mindspore import PrecisionDebugger
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+
+    def run(config):
+        stats = [Parameter(Tensor(np.full(8, v, np.float32)), name=n) for n, v in (("rm", 0), ("rv", 1))]
+        wb = [Tensor(np.full(8, v, np.float32)) for v in (1, 0)]
+        x = Tensor(np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32))
+        dbg = PrecisionDebugger(config_path=config) if config else None
+        seen = set()
+        for _ in range(2):
+            if dbg:
+                dbg.start()
+            ops.batch_norm(x, stats[0], stats[1], wb[0], wb[1], training=True)
+            if dbg:
+                dbg.stop()
+                seen.update(dbg.service.fuzz.counts)
+                dbg.step()
+        if dbg:
+            assert "Functional.batch_norm" in seen and dbg.service.fuzz.results.total == 0
+            PrecisionDebugger._reset_for_tests()
+        return [s.asnumpy().tolist() for s in stats]
+
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(dict(_cfg(pert_mode="no_change"), dump_path=str(tmp_path / "d"))))
+    assert run(str(path)) == run(None)
