@@ -1,4 +1,4 @@
-"""``msprobe grad_compare``: compare two grad_probe dumps' gradient directions (GradComparator on the command line).
+"""Compare two grad_probe dumps' gradient directions per step and parameter, and say where the runs part.
 
 The reference has no command for this (its users call ``GradComparator.compare_distributed`` from Python);
 this runs the same comparison and prints, per rank, the first step where the directions part.
