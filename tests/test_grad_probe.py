@@ -554,3 +554,34 @@ def test_same_files_as_the_reference(tmp_path, level="L2"):
         if level == "L2":
             for name in os.listdir(r / f"step{step}"):
                 assert np.array_equal(np.load(r / f"step{step}" / name), np.load(o / f"step{step}" / name))
+
+
+def test_writer_back_pressure_by_bytes(tmp_path, monkeypatch):
+    """Direction arrays waiting for the writer thread are bounded: a step that would exceed the limit waits
+    until the ones before it are written (one step is always accepted)."""
+    import threading
+    from msprobe.core.grad_probe import writer as W
+
+    monkeypatch.setattr(W, "MAX_PENDING_BYTES", 10)
+    done, release = [], threading.Event()
+
+    def slow_write(self, record):
+        release.wait(10)
+        done.append(record.step)
+
+    monkeypatch.setattr(W.GradProbeWriter, "write_step", slow_write)
+    w = W.GradProbeWriter(str(tmp_path), 0, "L1", (-1, 0, 1))
+
+    def rec(step):
+        return W.StepRecord(step, ["p"], [(8,)], np.zeros((1, 3)), None, [np.ones(8, dtype=bool)])
+
+    w.submit(rec(0))                   # accepted at once although 8 bytes are near the limit
+    second = threading.Thread(target=w.submit, args=(rec(1),))
+    second.start()
+    second.join(0.3)
+    assert second.is_alive() and done == []     # waits: 8 + 8 > 10 while step 0 is pending
+    release.set()
+    second.join(10)
+    assert not second.is_alive() and done[:1] == [0]
+    w.close()
+    assert done == [0, 1]

@@ -26,8 +26,10 @@ from msprobe.core.grad_probe import stats
 
 log = logging.getLogger("msprobe")
 
-#: steps queued for the writer thread before the training thread waits for it (back-pressure)
+#: steps queued for the writer thread before the training thread waits for it (back-pressure) ...
 MAX_QUEUED_STEPS = 8
+#: ... and direction bytes held for it (one step is always accepted, however big)
+MAX_PENDING_BYTES = 1 << 30
 
 
 @dataclass
@@ -50,7 +52,8 @@ class GradProbeWriter:
         self._q: Optional[queue.Queue] = None
         self._checked_old = False
         self._lock = threading.Lock()
-        self._closed = False
+        self._cv = threading.Condition()
+        self._pending_bytes = 0
         atexit.register(self.wait)
 
     # ------------------------------------------------------------------ training thread
@@ -62,6 +65,11 @@ class GradProbeWriter:
             if self._q is None:
                 self._q = queue.Queue(maxsize=MAX_QUEUED_STEPS)
                 threading.Thread(target=self._run, name="msprobe-grad-probe", daemon=True).start()
+        nbytes = _record_bytes(record)
+        with self._cv:
+            while self._pending_bytes and self._pending_bytes + nbytes > MAX_PENDING_BYTES:
+                self._cv.wait()
+            self._pending_bytes += nbytes
         self._q.put(record)
 
     def wait(self) -> None:
@@ -83,6 +91,9 @@ class GradProbeWriter:
             try:
                 self._write_guarded(record)
             finally:
+                with self._cv:
+                    self._pending_bytes -= _record_bytes(record)
+                    self._cv.notify_all()
                 self._q.task_done()
 
     def _write_guarded(self, record: StepRecord) -> None:
@@ -140,3 +151,7 @@ class GradProbeWriter:
         except BaseException:
             shutil.rmtree(tmp_dir, ignore_errors=True)
             raise
+
+
+def _record_bytes(record: StepRecord) -> int:
+    return sum(int(a.nbytes) for a in record.directions) if record.directions else 0
