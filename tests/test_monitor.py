@@ -540,6 +540,78 @@ def test_ur_distribution_heatmaps(tmp_path):
     assert (imgs[-1].height, imgs[-1].width) == (30 * 6, 3 * 4)          # 30 bins x 3 collected steps
 
 
+def test_l2_features(tmp_path):
+    """attention_hook on a module taking (q, k, v) in s,b,h,d order, linear_hook on every 2-D weight."""
+    class CoreAttention(nn.Module):
+        def forward(self, q, k, v):
+            att = torch.softmax(q.permute(1, 2, 0, 3) @ k.permute(1, 2, 3, 0), dim=-1)
+            return (att @ v.permute(1, 2, 0, 3)).permute(2, 0, 1, 3)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(50, 16)
+            self.qkv = nn.Linear(16, 48)
+            self.core = CoreAttention()
+            self.out = nn.Linear(16, 50)
+
+        def forward(self, idx):                      # idx: (s, b)
+            x = self.emb(idx)
+            q, k, v = (t.reshape(idx.shape[0], idx.shape[1], 2, 8) for t in self.qkv(x).chunk(3, dim=-1))
+            return self.out(self.core(q, k, v).reshape(idx.shape[0], idx.shape[1], 16))
+
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    (tmp_path / "c.json").write_text(json.dumps({"recording_l2_features": True, "ndigits": 10,
+                                                 "l2_targets": {"attention_hook": ["0:core"], "linear_hook": []}}))
+    os.environ["MONITOR_OUTPUT_DIR"] = str(tmp_path / "out")
+    try:
+        from msprobe.pytorch import TrainerMon
+        mon = TrainerMon(str(tmp_path / "c.json"), params_have_main_grad=False)
+        mon.set_monitor(model, optimizer=opt)
+    finally:
+        os.environ.pop("MONITOR_OUTPUT_DIR", None)
+    want = {}
+
+    def grab(module, inputs, output):
+        q, k = inputs[0][:, 0, 0, :], inputs[1][:, 0, 0, :]
+        a = (q @ k.t()) / 8 ** 0.5
+        a = a.masked_fill(torch.ones_like(a, dtype=torch.bool).tril().logical_not(), float("-inf"))
+        p = torch.softmax(a, dim=1)
+        want["entropy"] = (-(p * p.log()).nansum(dim=1)).mean().item()
+        want["softmax_max"] = p.amax(dim=1).mean().item()
+    model.core.register_forward_hook(grab)
+    idx = torch.randint(0, 50, (6, 3))
+    rng_after_input = torch.random.get_rng_state()
+    F.cross_entropy(model(idx).reshape(-1, 50), idx.reshape(-1)).backward()
+    assert torch.equal(torch.random.get_rng_state(), rng_after_input)    # the power iteration left it alone
+    w = model.out.weight.detach().clone()
+    opt.step()
+    mon.remove()
+    head, rows = read_csv(os.path.join(mon.rank_dir, "attention_hook_0-0.csv"))
+    assert head == ["vpp_stage", "name", "step", "micro_step", "entropy", "softmax_max"]
+    assert rows[0][1] == "core.attention"
+    assert float(rows[0][4]) == pytest.approx(want["entropy"], rel=1e-5)
+    assert float(rows[0][5]) == pytest.approx(want["softmax_max"], rel=1e-5)
+    head, rows = read_csv(os.path.join(mon.rank_dir, "linear_hook_0-0.csv"))
+    assert head == ["vpp_stage", "name", "step", "sr", "kernel_norm"]
+    by = {r[1]: (float(r[3]), float(r[4])) for r in rows}
+    assert set(by) == {"qkv.linear", "out.linear"}                        # the embedding is excluded
+    # kernel_norm: 3 power iterations on W^T W from the monitor's own generator (seed 0; qkv drew first)
+    g = torch.Generator().manual_seed(0)
+    torch.randn(16, generator=g)
+    u = torch.randn(16, generator=g)
+    u, m = u / u.norm(), w.t() @ w
+    for _ in range(3):
+        v = m @ u
+        est = (v @ u).item()
+        u = v / v.norm()
+    assert by["out.linear"][1] == pytest.approx(est ** 0.5, rel=1e-5)
+    assert by["out.linear"][1] <= torch.linalg.matrix_norm(w, ord=2).item() * (1 + 1e-5)   # a lower estimate
+    assert by["out.linear"][0] == pytest.approx(w.norm().item() / by["out.linear"][1], rel=1e-6)
+
+
 def test_a_failing_hook_is_logged_once_and_training_goes_on(tmp_path, monkeypatch):
     from msprobe.pytorch.monitor import stats
 

@@ -42,13 +42,14 @@ from msprobe.core.monitor.anomaly import YELLOW, RESET, AnomalyDetector
 from msprobe.core.monitor import heatmap
 from msprobe.core.monitor.config import check_output_dir, load_config
 from msprobe.core.monitor.writers import CsvWriter, TensorBoardWriter, write_anomalies
+from msprobe.pytorch.monitor import features as FT
 from msprobe.pytorch.monitor.stats import StatPlan
 from msprobe.pytorch.monitor.structure import StackRecorder, StructRecorder
 
 log = logging.getLogger("msprobe")
 
 MAX_ALERT_LINES = 20          # console lines per step; the rest are counted (all are in anomaly.json)
-_UNSUPPORTED = ("recording_l2_features",)
+_UNSUPPORTED = ()
 
 
 def _msg(text):
@@ -73,7 +74,7 @@ def _tensors(obj):
 class _Step:
     """What one collected step has gathered so far."""
 
-    __slots__ = ("index", "vecs", "meta", "cache", "grads", "hists", "cc")
+    __slots__ = ("index", "vecs", "meta", "cache", "grads", "hists", "cc", "feats")
 
     def __init__(self):
         self.index = {}    # tag -> row (a tag seen again in the step replaces its row, as the reference's dict)
@@ -83,6 +84,7 @@ class _Step:
         self.grads = {}    # parameter name -> (gradient, version, vector) of its unreduced record
         self.hists = []    # ur_distribution: (tag, 30-bin histogram on the device)
         self.cc = {}       # cc_distribution: tag -> [(vector, shape, dtype)] of the step's calls
+        self.feats = []    # l2 features: (prefix, tag, micro, 2-vector on the device)
 
 
 class TrainerMon:
@@ -148,6 +150,10 @@ class TrainerMon:
         self.grad_acc_steps = 1
         self._groups = (None, None)
         self._heat = {}           # ur_distribution: tag -> histogram columns of the collected steps
+        self.l2_modules = {"attention_hook": [], "linear_hook": []}   # (module, name, vpp)
+        self._feat_host = None
+        self._feat_writers = {}
+        self._gen = torch.Generator().manual_seed(0)   # linear_hook's power iteration (not the global RNG)
         self._hist_host = None
 
     # ------------------------------------------------------------------------------------------ setup
@@ -273,6 +279,8 @@ class TrainerMon:
                 if cfg["xy_distribution"] and (cfg["all_xy"] or hits):
                     self.modules.append((mod, pre + sq, v))
         matched.add("")
+        if cfg["recording_l2_features"]:
+            self._select_l2(chunks)
         missing = [t for t in targets if t not in matched]
         if missing:
             t = missing[0]
@@ -282,6 +290,36 @@ class TrainerMon:
             some = ", ".join([m for m in all_modules if m][:8])
             raise MsprobeError(f"monitor config {self.config_file_path}: targets key {t!r} is neither a module nor a "
                                f"parameter (prefix) of the model{hint} (modules: {some}, ...)")
+
+    def _select_l2(self, chunks):
+        squash = self.config["squash_name"]
+        wanted = self.config["l2_targets"]
+        names = set()
+        for hook in ("attention_hook", "linear_hook"):
+            if hook not in wanted or (hook == "attention_hook" and not wanted[hook]):
+                continue
+            listed = set(wanted[hook])
+            for v, chunk in enumerate(chunks):
+                pre = f"{v}:"
+                for mname, mod in chunk.named_modules():
+                    sq = N.squash_name(mname, squash)
+                    names.add(mname)
+                    hit = listed & {pre + sq, pre + mname, sq, mname}
+                    if hook == "linear_hook" and not FT.linear_weight(mod):
+                        if hit:
+                            log.warning("msprobe monitor: l2_targets.linear_hook %s has no 2-D weight; skipped",
+                                        sorted(hit)[0])
+                        continue
+                    if hit or (hook == "linear_hook" and not listed):
+                        listed -= hit
+                        self.l2_modules[hook].append((mod, pre + sq, v))
+            if listed:
+                bad = sorted(listed)[0]
+                bare = bad.split(":", 1)[1] if ":" in bad and bad.split(":", 1)[0].isdigit() else bad
+                close = N.close_names(bare, sorted(n for n in names if n))
+                hint = f"; close names: {', '.join(close)}" if close else ""
+                raise MsprobeError(f"monitor config {self.config_file_path}: l2_targets.{hook} names {bad!r}, which "
+                                   f"is not a module of the model{hint}")
 
     def _open_outputs(self):
         self.rank_dir = os.path.join(self.output_base, N.rank_dir_name(self.rank))
@@ -334,6 +372,11 @@ class TrainerMon:
                     if fwd or bwd:
                         self._handles.append(mod.register_forward_hook(self._fwd_hook(ctx, fwd, bwd),
                                                                        with_kwargs=True))
+            if cfg["recording_l2_features"]:
+                for mod, name, vpp in self.l2_modules["attention_hook"]:
+                    self._handles.append(mod.register_forward_hook(self._attention_hook(name, vpp)))
+                for mod, name, vpp in self.l2_modules["linear_hook"]:
+                    self._handles.append(mod.register_forward_hook(self._linear_hook(name, vpp)))
             if cfg["wg_distribution"]:
                 counts = {}
                 for p, name in self.param2name.items():
@@ -640,6 +683,46 @@ class TrainerMon:
                 self._add("actv_grad", tag, vpp, micro, len(self._cur.vecs), None)
             self._pending_none = []
 
+    def _attention_hook(self, name, vpp):
+        ctx = {"n": 0, "warned": False}
+
+        def hook(module, inputs, output):
+            if not self._on or not module.training:
+                return
+            try:
+                micro = ctx["n"] % self.grad_acc_steps
+                ctx["n"] += 1
+                vec = FT.attention_features(inputs[0], inputs[1], self.config["sa_order"]) \
+                    if len(inputs) >= 2 else None
+                if vec is None:
+                    if not ctx["warned"]:
+                        ctx["warned"] = True
+                        log.warning("msprobe monitor: attention_hook %s: its first two inputs are not 4-D Q and K; "
+                                    "skipped", name)
+                    return
+                self._cur.feats.append(("attention_hook", N.tag(f"{name}.attention:{micro}", self.rank, "qkt"),
+                                        micro, vec))
+            except Exception as exc:   # noqa: BLE001
+                self._fail(f"monitor.attention_hook.{name}", exc)
+        return hook
+
+    def _linear_hook(self, name, vpp):
+        ctx = {"n": 0}
+
+        def hook(module, inputs, output):
+            if not self._on or not module.training:
+                return
+            try:
+                micro = ctx["n"] % self.grad_acc_steps
+                ctx["n"] += 1
+                if micro == self.grad_acc_steps - 1:
+                    w = getattr(module, FT.linear_weight(module))
+                    self._cur.feats.append(("linear_hook", N.tag(f"{name}.linear", self.rank, "sr"), 0,
+                                            FT.linear_features(w, self._gen)))
+            except Exception as exc:   # noqa: BLE001
+                self._fail(f"monitor.linear_hook.{name}", exc)
+        return hook
+
     def _grad_of(self, p):
         if self.params_have_main_grad:
             g = getattr(p, "main_grad", None)
@@ -756,16 +839,20 @@ class TrainerMon:
         vals = np.full((len(cur.vecs), k), np.nan)
         have = [i for i, v in enumerate(cur.vecs) if v is not None]
         calls = [(tag, c) for tag, cs in cur.cc.items() for c in cs]
-        if not have and not cur.hists and not calls:
+        if not have and not cur.hists and not calls and not cur.feats:
             return meta, vals
-        parts = [cur.vecs[i] for i in have] + [c[0] for _, c in calls] + [h for _, h in cur.hists]
+        parts = ([cur.vecs[i] for i in have] + [c[0] for _, c in calls] + [h for _, h in cur.hists]
+                 + [f[3] for f in cur.feats])
         try:
             flat = torch.cat(parts).to(torch.float64).cpu().numpy()
         except RuntimeError:     # tensors on several devices: one transfer per tensor
             flat = np.concatenate([p.to("cpu", torch.float64).numpy() for p in parts])
         n, m = len(have) * k, len(calls) * k
+        nh = len(cur.hists) * heatmap.BINS
         if cur.hists:
-            self._hist_host = flat[n + m:].reshape(len(cur.hists), -1)
+            self._hist_host = flat[n + m:n + m + nh].reshape(len(cur.hists), -1)
+        if cur.feats:
+            self._feat_host = flat[n + m + nh:].reshape(len(cur.feats), 2)
         if have:
             numel = np.array([math.prod(cur.meta[i][5]) for i in have], dtype=np.float64)
             vals[have] = self.plan.finish(flat[:n].reshape(len(have), k), numel)
@@ -793,6 +880,8 @@ class TrainerMon:
 
     def _finish_step(self):
         meta, vals = self._gather()
+        if self._cur.feats:
+            self._write_features(self.step)
         if not meta and not self._cur.hists:
             return
         step = self.step
@@ -812,6 +901,27 @@ class TrainerMon:
         if self.detector.enabled:
             found = self.detector.check(tags, vals, step, call_ids=[m[4] for m in meta])
             self._report(found)
+
+    def _write_features(self, step):
+        feats, host = self._cur.feats, self._feat_host
+        if self.format == "csv":
+            for prefix, ops in (("attention_hook", FT.ATTENTION_OPS), ("linear_hook", FT.LINEAR_OPS)):
+                rows = [i for i, f in enumerate(feats) if f[0] == prefix]
+                if not rows:
+                    continue
+                w = self._feat_writers.get(prefix)
+                if w is None:
+                    w = self._feat_writers[prefix] = CsvWriter(self.rank_dir, list(ops), self.config["ndigits"],
+                                                               self.config["step_count_per_record"])
+                w.write(prefix, step, [feats[i][1] for i in rows], host[rows], [None] * len(rows),
+                        [None] * len(rows), vpp=[_vpp(feats[i][1].split("/")[0]) for i in rows],
+                        micro=[feats[i][2] for i in rows])
+        elif self.format == "tensorboard":
+            pairs = []
+            for (prefix, tag, _, _), row in zip(feats, host.tolist()):
+                ops = FT.ATTENTION_OPS if prefix == "attention_hook" else FT.LINEAR_OPS
+                pairs += [(f"{tag}_{op}", v) for op, v in zip(ops, row)]
+            self.writer.scalars(pairs, step)
 
     def _write_heatmaps(self, step):
         for (tag, _), col in zip(self._cur.hists, self._hist_host):
