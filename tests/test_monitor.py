@@ -612,6 +612,19 @@ def test_l2_features(tmp_path):
     assert by["out.linear"][0] == pytest.approx(w.norm().item() / by["out.linear"][1], rel=1e-6)
 
 
+def test_append_output_continues_the_rank_folder(tmp_path):
+    cfg = {"targets": {"head": {}}, "wg_distribution": True, "ops": ["norm"], "step_count_per_record": 10}
+    _, _, _, first = train(str(tmp_path), cfg, steps=2)
+    tag = os.path.basename(first).split("-rank")[0]
+    cfg2 = dict(cfg, append_output=[tag, tag])
+    _, mon, _, second = train(str(tmp_path), cfg2, steps=2, set_kwargs={"start_iteration": 2})
+    assert second == first
+    _, rows = read_csv(os.path.join(first, "grad_reduced_0-9.csv"))
+    assert [int(r[2]) for r in rows if r[1] == "head.bias"] == [0, 1, 2, 3]
+    _, _, lines, third = train(str(tmp_path), dict(cfg, append_output=["Jan01_00-00-00", "Jan01_00-00-01"]), steps=1)
+    assert third != first and any("no folder of rank 0 in that range" in x for x in lines)
+
+
 def test_a_failing_hook_is_logged_once_and_training_goes_on(tmp_path, monkeypatch):
     from msprobe.pytorch.monitor import stats
 

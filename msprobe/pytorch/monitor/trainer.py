@@ -161,9 +161,6 @@ class TrainerMon:
         for key in _UNSUPPORTED:
             if cfg.get(key):
                 log.warning("msprobe monitor: %s is not supported by this version and is ignored", key)
-        if cfg["append_output"]:
-            log.warning("msprobe monitor: append_output is not supported by this version; a new rank folder "
-                        "is written")
         _msg(f"current config: {cfg}")
         self.config = cfg
         self.ops = cfg["ops"]
@@ -323,7 +320,18 @@ class TrainerMon:
 
     def _open_outputs(self):
         self.rank_dir = os.path.join(self.output_base, N.rank_dir_name(self.rank))
-        if self.format != "api":          # api: nothing is written (a failure log would create the folder)
+        if self.config["append_output"]:
+            # continue this rank's folder whose time tag lies in the given closed range (the reference's way)
+            from msprobe.core.monitor.csv2tb import rank_dirs
+            lo, hi = self.config["append_output"]
+            found = rank_dirs(self.output_base, lo, hi).get(self.rank)
+            if found:
+                self.rank_dir = found
+                _msg(f"msprobe monitor: append_output: writing into {found}")
+            else:
+                log.warning("msprobe monitor: append_output %s: no folder of rank %d in that range; a new one is "
+                            "written", self.config["append_output"], self.rank)
+        if self.format != "api" and not os.path.isdir(self.rank_dir):          # api: nothing is written (a failure log would create the folder)
             try:
                 os.makedirs(self.rank_dir, mode=0o750, exist_ok=False)
             except OSError as exc:
