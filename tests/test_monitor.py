@@ -299,6 +299,30 @@ def test_csv2tensorboard_reads_the_csv_output(runs, tmp_path):
     assert main(["csv2tensorboard", "-d", str(runs["base"] / "full" / "monitor_output"), "-o", str(out)]) == 2
 
 
+def test_csv2db(runs, tmp_path):
+    """The reference's SQLite layout (checked against 8.3.3's csv2db on the same CSV files: same statistics
+    tables, rows and global_stats)."""
+    import sqlite3
+    from msprobe.core.monitor.csv2db import CSV2DBConfig, csv2db
+    out = csv2db(CSV2DBConfig(str(runs["base"] / "full" / "monitor_output"), output_dirpath=str(tmp_path / "db"),
+                              data_type_list=["grad_reduced", "actv"], step_partition=20))
+    db = sqlite3.connect(os.path.join(out, "monitor_metrics.db"))
+    metrics = dict(db.execute("SELECT metric_name, metric_id FROM monitoring_metrics"))
+    assert set(metrics) == {"grad_reduced", "actv"}
+    assert dict(db.execute("SELECT * FROM global_stats")) == {"max_rank": 0, "max_step": 49, "min_step": 0,
+                                                              "step_partition_size": 20}
+    gid = metrics["grad_reduced"]
+    tables = sorted(r[0] for r in db.execute(f"SELECT name FROM sqlite_master WHERE name LIKE 'metric_{gid}_step_%'"))
+    assert tables == [f"metric_{gid}_step_0_19", f"metric_{gid}_step_20_39", f"metric_{gid}_step_40_59"]
+    cols = [r[1] for r in db.execute(f"PRAGMA table_info(metric_{gid}_step_0_19)")]
+    assert cols == ["rank", "step", "target_id", "norm", "min", "max", "zeros", "nans", "mean"]
+    tid = db.execute("SELECT target_id FROM monitoring_targets WHERE target_name='head.bias'").fetchone()[0]
+    norm = db.execute(f"SELECT norm FROM metric_{gid}_step_0_19 WHERE step=10 AND target_id=?", (tid,)).fetchone()[0]
+    assert norm == pytest.approx(runs["grads"][10]["head.bias"].norm().item(), rel=1e-5)
+    with pytest.raises(MsprobeError, match="exists"):
+        csv2db(CSV2DBConfig(str(runs["base"] / "full" / "monitor_output"), output_dirpath=str(tmp_path / "db")))
+
+
 # ------------------------------------------------------------------------------------------------ steps
 def test_step_interval_installs_hooks_only_on_collected_steps(tmp_path):
     seen = {}
