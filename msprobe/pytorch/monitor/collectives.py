@@ -86,8 +86,11 @@ class Collectives:
             def wait(w, *args, **kwargs):
                 result = orig(w, *args, **kwargs)
                 item = pending.pop(w, None)
-                if item is not None:
-                    owner._record(item[0], item[1], "post")
+                if item is not None and owner.mon._on:
+                    try:
+                        owner._record(item[0], item[1], "post")
+                    except Exception as exc:   # noqa: BLE001
+                        owner.mon._fail(f"monitor.cc.{item[0]}", exc)
                 return result
             wait._msprobe_cc = True
             work.wait = wait
@@ -150,6 +153,10 @@ class Collectives:
                 t = torch.stack([x.detach().reshape(-1) for x in t]) if len({x.shape for x in t}) == 1 \
                     else torch.cat([x.detach().reshape(-1) for x in t])
             mon._add_cc(tag, t)
+
+    def end_step(self):
+        """Async calls not waited for by the end of the step are dropped (their tensors are not kept)."""
+        self.pending.clear()
 
     def log_stacks(self):
         import json

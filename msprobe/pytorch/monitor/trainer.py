@@ -430,6 +430,8 @@ class TrainerMon:
                 self._fail("monitor.step_end", exc)
             self._cur = _Step()
             self._pending_none = []
+            if self._cc is not None:
+                self._cc.end_step()
             self.collected += 1
             if self.collected >= self.collect_times:
                 _msg("Finish monitor")
