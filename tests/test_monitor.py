@@ -649,6 +649,31 @@ def test_append_output_continues_the_rank_folder(tmp_path):
     assert third != first and any("no folder of rank 0 in that range" in x for x in lines)
 
 
+def test_model_chunks_get_vpp_prefixes(tmp_path):
+    """A list of model chunks (virtual pipeline stages): names '0:...' and '1:...', vpp_stage column 0 / 1."""
+    torch.manual_seed(0)
+    chunks = [nn.Sequential(nn.Linear(4, 8), nn.ReLU()), nn.Sequential(nn.Linear(8, 2))]
+    opt = torch.optim.SGD([p for c in chunks for p in c.parameters()], lr=0.1)
+    (tmp_path / "c.json").write_text(json.dumps({"targets": {}, "xy_distribution": True, "wg_distribution": True,
+                                                 "ops": ["norm"]}))
+    os.environ["MONITOR_OUTPUT_DIR"] = str(tmp_path / "out")
+    try:
+        from msprobe.pytorch.monitor.module_hook import TrainerMon        # the reference's module path
+        mon = TrainerMon(str(tmp_path / "c.json"), params_have_main_grad=False)
+        mon.set_monitor(chunks, optimizer=opt)
+    finally:
+        os.environ.pop("MONITOR_OUTPUT_DIR", None)
+    chunks[1](chunks[0](torch.randn(3, 4))).sum().backward()
+    opt.step()
+    mon.remove()
+    _, rows = read_csv(os.path.join(mon.rank_dir, "grad_reduced_0-0.csv"))
+    assert sorted((r[0], r[1]) for r in rows) == [("0", "0.bias"), ("0", "0.weight"), ("1", "0.bias"),
+                                                  ("1", "0.weight")]
+    assert sorted(mon.name2param) == ["0:0.bias", "0:0.weight", "1:0.bias", "1:0.weight"]
+    _, rows = read_csv(os.path.join(mon.rank_dir, "actv_0-0.csv"))
+    assert ("1", "0.output") in {(r[0], r[1]) for r in rows}
+
+
 def test_a_failing_hook_is_logged_once_and_training_goes_on(tmp_path, monkeypatch):
     from msprobe.pytorch.monitor import stats
 
