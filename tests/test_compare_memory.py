@@ -107,7 +107,11 @@ def test_statistics_report_keeps_numbers_not_cells():
     t, g = (str(root / s / "step0" / "rank" / "dump.json") for s in ("target", "golden"))
     rep = compare_dumps(CompareConfig(target=t, golden=g), t, g)
     lazy = [h for h, c in zip(rep.header, rep.columns) if isinstance(c, ChunkedColumn)]
-    assert lazy == STAT_DIFF + SUMMARY
+    # (the dtype, shape and requires_grad columns are read from the dumps' coded columns: TakenColumn)
+    coded = ["NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape", "NPU Requires_grad",
+             "Bench Requires_grad"]
+    assert lazy == [h for h in rep.header if h in coded] + STAT_DIFF + SUMMARY
+    assert len([h for h in lazy if h in coded]) == 6
     for h in lazy:
         col = rep.columns[rep.header.index(h)]
         whole = col.tolist()

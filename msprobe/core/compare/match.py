@@ -12,6 +12,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from msprobe.core.dump.reader import DumpRows
+from msprobe.core.io.columns import CodedColumn
 
 RULE_EXACT = "exact"
 RULE_FUZZY = "fuzzy"
@@ -74,6 +75,17 @@ def _dtype_filter(t: DumpRows, g: DumpRows, target: np.ndarray, golden: np.ndarr
     if len(idx):
         tdt = t.dtype
         gdt = g.dtype
+        if isinstance(tdt, CodedColumn) and isinstance(gdt, CodedColumn):
+            # the test once per distinct (target dtype, golden dtype) pair of codes
+            tc = tdt.codes[target[idx]].astype(np.int64)
+            gc = gdt.codes[out[idx]].astype(np.int64)
+            pair = tc * (len(gdt.table) + 1) + gc
+            kinds, inv = np.unique(pair, return_inverse=True)
+            good = np.array([dtypes_compatible(tdt.table[int(k) // (len(gdt.table) + 1)],
+                                               gdt.table[int(k) % (len(gdt.table) + 1)]) for k in kinds.tolist()],
+                            dtype=bool)
+            out[idx[~good[inv]]] = -1
+            return out
         tg = target.tolist()
         # only the (few) pairs whose strings differ need the group test
         bad = [i for i in idx.tolist()

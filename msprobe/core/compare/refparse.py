@@ -27,9 +27,17 @@ def reference_parse(values: np.ndarray) -> np.ndarray:
         return values.copy()
     # statistics repeat (an op's output is the next op's input): parse each distinct value once
     uniq, inverse = np.unique(values[finite], return_inverse=True)
+    parsed = np.empty_like(uniq)
+    for a in range(0, len(uniq), CHUNK):  # the text matrices cost ~200 bytes a value: a slice at a time
+        parsed[a:a + CHUNK] = _parse_nonzero_finite(uniq[a:a + CHUNK])
+    del uniq
     out = values.copy()
-    out[finite] = _parse_nonzero_finite(uniq)[inverse]
+    out[finite] = parsed[inverse]
     return out
+
+
+#: values parsed at a time (their text matrices, about 200 bytes a value, exist for one slice only)
+CHUNK = 1 << 16
 
 
 def _parse_nonzero_finite(values: np.ndarray) -> np.ndarray:
