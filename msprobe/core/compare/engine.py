@@ -176,6 +176,8 @@ def compare_dumps(
         rep.header.append(MATCH_COL)
         rep.columns.append(list(m.rule))
     rep.layer_rows = layer_rows
+    del t, g  # (what the report does not hold of the dumps is free now: give it back before the writing)
+    _trim_heap()
     return rep
 
 
@@ -250,7 +252,7 @@ def _read_both(cfg: CompareConfig, target_json: str, golden_json: str) -> Tuple[
         # of one pickled bytes object beside both processes' rows
         if spooled:
             spool.seek(0)
-            g = pickle.load(spool)
+            g = _unspool(spool)
         else:  # (the spool could not be written, e.g. a full temp dir: parse the golden side here)
             g = _load_side(golden_json, "golden", "")
     _restore_numbers(g)
@@ -272,10 +274,42 @@ def _load_side_sent(path: str, side: str, stack_path: Optional[str], spool_fd: O
         return rows
     try:
         with os.fdopen(os.dup(spool_fd), "wb", buffering=1 << 20) as fh:
-            pickle.dump(rows, fh, protocol=pickle.HIGHEST_PROTOCOL)
-        return True
+            _spool(rows, fh)
+        written = True
     except OSError:
-        return False
+        written = False
+    del rows
+    _trim_heap()  # (this process lives on until the parent has parsed its side: hold nothing meanwhile)
+    return written
+
+
+#: names pickled at a time into the spool
+SPOOL_NAMES = 1 << 16
+
+
+def _spool(rows: DumpRows, fh) -> None:
+    """Pickle rows into a file: the rows without their names, the number of name slices, then the names a slice
+    at a time (no pickle memo of 750,000 strings and no second copy of them at once)."""
+    names = rows.names
+    rows.names = []
+    try:
+        pickle.dump(rows, fh, protocol=pickle.HIGHEST_PROTOCOL)
+    finally:
+        rows.names = names
+    slices = range(0, len(names), SPOOL_NAMES)
+    pickle.dump(len(slices), fh, protocol=pickle.HIGHEST_PROTOCOL)
+    for a in slices:
+        pickle.dump(names[a:a + SPOOL_NAMES], fh, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _unspool(fh) -> DumpRows:
+    """The rows :func:`_spool` wrote."""
+    rows = pickle.load(fh)
+    names: list = []
+    for _ in range(pickle.load(fh)):
+        names.extend(pickle.load(fh))
+    rows.names = names
+    return rows
 
 
 def _restore_numbers(rows: DumpRows) -> None:
