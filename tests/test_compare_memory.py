@@ -107,7 +107,11 @@ def test_statistics_report_keeps_numbers_not_cells():
     t, g = (str(root / s / "step0" / "rank" / "dump.json") for s in ("target", "golden"))
     rep = compare_dumps(CompareConfig(target=t, golden=g), t, g)
     lazy = [h for h, c in zip(rep.header, rep.columns) if isinstance(c, ChunkedColumn)]
-    assert lazy == STAT_DIFF + SUMMARY
+    # (the dtype, shape and requires_grad columns are read from the dumps' coded columns: TakenColumn)
+    coded = ["NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape", "NPU Requires_grad",
+             "Bench Requires_grad"]
+    assert lazy == [h for h in rep.header if h in coded] + STAT_DIFF + SUMMARY
+    assert len([h for h in lazy if h in coded]) == 6
     for h in lazy:
         col = rep.columns[rep.header.index(h)]
         whole = col.tolist()
@@ -169,3 +173,34 @@ def test_worker_parsed_side_is_restored_exactly():
     vals, _, other = sent.stat_max.numbers()
     if not other:
         assert np.shares_memory(sent.parsed[0][0], vals)
+
+
+def test_hash_join_equals_the_tuple_join():
+    """match_exact's hash join (unique names) pairs exactly the rows the (name, shape) tuple join pairs: equal
+    names with a different shape stay unmatched, missing names on either side, and a repeated name falls back
+    to the join that counts occurrences."""
+    import numpy as np
+
+    from msprobe.core.compare.match import _hash_join, _join, match_exact
+    from msprobe.core.dump.reader import DumpRows, compact_columns
+
+    def rows(names, shapes):
+        r = DumpRows(path="x", task="statistics", level="L1", framework="pytorch")
+        r.names, r.api, r.state = list(names), ["a"] * len(names), ["input"] * len(names)
+        r.dtype, r.shape, r.requires_grad = ["torch.float32"] * len(names), list(shapes), ["True"] * len(names)
+        compact_columns(r)
+        return r
+
+    t = rows(["a.0", "b.0", "c.0", "d.0", "e.0"], ["[1]", "[2]", "[3]", "[4]", "[5]"])
+    g = rows(["e.0", "c.0", "x.0", "b.0", "a.0"], ["[5]", "[9]", "[1]", "[2]", "[1]"])
+    got = _hash_join(t, g)
+    assert got is not None and got.tolist() == [4, 3, -1, -1, 0]
+    _, want = _join(list(zip(t.names, t.shape)), list(zip(g.names, g.shape)))
+    assert got.tolist() == want.tolist()
+    assert match_exact(t, g).golden.tolist() == [4, 3, -1, -1, 0]
+    # a repeated name: the general join (k-th occurrence pairs with the k-th)
+    t2 = rows(["a.0", "a.0", "b.0"], ["[1]", "[1]", "[2]"])
+    g2 = rows(["a.0", "b.0", "a.0"], ["[1]", "[2]", "[1]"])
+    assert _hash_join(t2, g2) is None
+    assert match_exact(t2, g2).golden.tolist() == [0, 2, 1]
+    assert np.array_equal(match_exact(g, g).golden, np.arange(5))

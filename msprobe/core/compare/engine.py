@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -18,7 +19,7 @@ from msprobe.core.compare.match import Matches, match_exact, match_fuzzy, match_
 from msprobe.core.dump.reader import (MODE_MD5, MODE_STATISTICS, MODE_TENSOR, NO_VALUE, CompactValues, DumpRows, dump_mode,
                                       read_dump)
 from msprobe.core.errors import MsprobeError
-from msprobe.core.io.columns import ChunkedColumn
+from msprobe.core.io.columns import ChunkedColumn, CodedColumn, ListLike, TakenColumn
 
 log = logging.getLogger("msprobe")
 
@@ -108,11 +109,19 @@ class Report:
 
 def _take(values: list, idx: np.ndarray, fill=NA) -> list:
     """values[idx] with -1 -> fill (idx is an int64 array)."""
-    if isinstance(values, CompactValues):
+    if isinstance(values, (CompactValues, ListLike)):
         return values.take(idx, fill)
     if len(idx) and idx.min() >= 0:
         return [values[i] for i in idx.tolist()] if not isinstance(values, np.ndarray) else values[idx].tolist()
     return [values[i] if i >= 0 else fill for i in idx.tolist()]
+
+
+def _taken(values, idx: np.ndarray, fill=NA):
+    """values[idx] for a report column read by the verdict and the writers: a :class:`TakenColumn` (cells made a
+    chunk at a time) for a dump's coded column, else the list :func:`_take` gives."""
+    if isinstance(values, CodedColumn):
+        return TakenColumn(values, idx, fill)
+    return _take(values, idx, fill)
 
 
 def _join_msg(base: List[str], extra: List[str], sep: str = "") -> List[str]:
@@ -141,6 +150,8 @@ def compare_dumps(
         m, layer_rows = _match_with_mappings(cfg, t, g, target_json, golden_json)
     else:
         m = match_fuzzy(t, g) if cfg.fuzzy else match_exact(t, g)
+        if not cfg.fuzzy:
+            g.names = None  # an exact match pairs equal names: the Bench Name cells are the target's (_basic)
     tick("match", len(t), len(t), "rows", f"{int(m.matched.sum()):,} matched")
     if mode == MODE_STATISTICS:
         tick("metrics", 0, len(m), "rows", mode)
@@ -165,6 +176,8 @@ def compare_dumps(
         rep.header.append(MATCH_COL)
         rep.columns.append(list(m.rule))
     rep.layer_rows = layer_rows
+    del t, g  # (what the report does not hold of the dumps is free now: give it back before the writing)
+    _trim_heap()
     return rep
 
 
@@ -222,24 +235,80 @@ def _read_both(cfg: CompareConfig, target_json: str, golden_json: str) -> Tuple[
     if not parallel:
         t = _load_side(target_json, "target", cfg.stack_path)
         return t, _load_side(golden_json, "golden", "")  # the golden stack is never shown
+    import tempfile
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("fork")) as pool:
-        fut = pool.submit(_load_side_sent, golden_json, "golden", "")
+    try:
+        spool = tempfile.TemporaryFile(prefix="msprobe-golden-")  # (no name: nothing left if killed)
+    except OSError:
         t = _load_side(target_json, "target", cfg.stack_path)
-        g = fut.result()
+        return t, _load_side(golden_json, "golden", "")
+    with spool:
+        with ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("fork")) as pool:
+            fut = pool.submit(_load_side_sent, golden_json, "golden", "", spool.fileno())
+            t = _load_side(target_json, "target", cfg.stack_path)
+            spooled = fut.result()
+        # the worker has ended (its memory is free): read its rows from the spool a buffer at a time, instead
+        # of one pickled bytes object beside both processes' rows
+        if spooled:
+            spool.seek(0)
+            g = _unspool(spool)
+        else:  # (the spool could not be written, e.g. a full temp dir: parse the golden side here)
+            g = _load_side(golden_json, "golden", "")
     _restore_numbers(g)
     _trim_heap()  # (what unpickling the golden side left free)
     return t, g
 
 
-def _load_side_sent(path: str, side: str, stack_path: Optional[str]) -> DumpRows:
+def _load_side_sent(path: str, side: str, stack_path: Optional[str], spool_fd: Optional[int] = None):
     """:func:`_load_side` in the worker process, its result to be pickled back to the parent: without the
     statistics' float values and number masks, which are (or are made from) the dump's own columns and
-    which pickle would send as copies kept beside those columns; :func:`_restore_numbers` remakes them."""
+    which pickle would send as copies kept beside those columns; :func:`_restore_numbers` remakes them.
+
+    ``spool_fd``: an open file (inherited from the parent) to pickle the rows into; then the result is True
+    (written) or False (could not be written: the parent parses the side itself)."""
     rows = _load_side(path, side, stack_path)
     if rows.parsed is not None:
         rows.parsed = [(None, None, ref) for _, _, ref in rows.parsed]
+    if spool_fd is None:
+        return rows
+    try:
+        with os.fdopen(os.dup(spool_fd), "wb", buffering=1 << 20) as fh:
+            _spool(rows, fh)
+        written = True
+    except OSError:
+        written = False
+    del rows
+    _trim_heap()  # (this process lives on until the parent has parsed its side: hold nothing meanwhile)
+    return written
+
+
+#: names pickled at a time into the spool
+SPOOL_NAMES = 1 << 16
+
+
+def _spool(rows: DumpRows, fh) -> None:
+    """Pickle rows into a file: the rows without their names, the number of name slices, then the names a slice
+    at a time (no pickle memo of 750,000 strings and no second copy of them at once)."""
+    names = rows.names
+    rows.names = []
+    try:
+        pickle.dump(rows, fh, protocol=pickle.HIGHEST_PROTOCOL)
+    finally:
+        rows.names = names
+    slices = range(0, len(names), SPOOL_NAMES)
+    pickle.dump(len(slices), fh, protocol=pickle.HIGHEST_PROTOCOL)
+    for a in slices:
+        pickle.dump(names[a:a + SPOOL_NAMES], fh, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _unspool(fh) -> DumpRows:
+    """The rows :func:`_spool` wrote."""
+    rows = pickle.load(fh)
+    names: list = []
+    for _ in range(pickle.load(fh)):
+        names.extend(pickle.load(fh))
+    rows.names = names
     return rows
 
 
@@ -282,11 +351,14 @@ def _take_parsed(parsed, idx: np.ndarray):
 
 
 def _basic(t: DumpRows, g: DumpRows, m: Matches) -> Tuple[List[str], List[list]]:
+    # g.names is None after an exact match (compare_dumps): a matched golden row has the target row's name
+    bench_names = (_take(g.names, m.golden) if g.names is not None
+                   else _take(t.names, np.where(m.golden >= 0, m.target, -1)))
     cols = [
-        _take(t.names, m.target), _take(g.names, m.golden),
-        _take(t.dtype, m.target), _take(g.dtype, m.golden),
-        _take(t.shape, m.target), _take(g.shape, m.golden),
-        _take(t.requires_grad, m.target), _take(g.requires_grad, m.golden),
+        _take(t.names, m.target), bench_names,
+        _taken(t.dtype, m.target), _taken(g.dtype, m.golden),
+        _taken(t.shape, m.target), _taken(g.shape, m.golden),
+        _taken(t.requires_grad, m.target), _taken(g.requires_grad, m.golden),
     ]
     return list(BASIC), cols
 

@@ -12,6 +12,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from msprobe.core.dump.reader import DumpRows
+from msprobe.core.io.columns import CodedColumn
 
 RULE_EXACT = "exact"
 RULE_FUZZY = "fuzzy"
@@ -74,6 +75,17 @@ def _dtype_filter(t: DumpRows, g: DumpRows, target: np.ndarray, golden: np.ndarr
     if len(idx):
         tdt = t.dtype
         gdt = g.dtype
+        if isinstance(tdt, CodedColumn) and isinstance(gdt, CodedColumn):
+            # the test once per distinct (target dtype, golden dtype) pair of codes
+            tc = tdt.codes[target[idx]].astype(np.int64)
+            gc = gdt.codes[out[idx]].astype(np.int64)
+            pair = tc * (len(gdt.table) + 1) + gc
+            kinds, inv = np.unique(pair, return_inverse=True)
+            good = np.array([dtypes_compatible(tdt.table[int(k) // (len(gdt.table) + 1)],
+                                               gdt.table[int(k) % (len(gdt.table) + 1)]) for k in kinds.tolist()],
+                            dtype=bool)
+            out[idx[~good[inv]]] = -1
+            return out
         tg = target.tolist()
         # only the (few) pairs whose strings differ need the group test
         bad = [i for i in idx.tolist()
@@ -107,9 +119,51 @@ def _join(tkeys: Sequence[Tuple], gkeys: Sequence[Tuple]) -> Tuple[np.ndarray, n
     return np.arange(len(tkeys), dtype=np.int64), golden
 
 
+def _hash_join(t: DumpRows, g: DumpRows) -> Optional[np.ndarray]:
+    """The golden row of each target row joined on (name, shape), or None when a name repeats on a side.
+
+    Names are looked up by their hashes in sorted int64 arrays and confirmed by comparing the strings; shapes
+    by their codes.  This gives what :func:`_join` gives on (name, shape) keys when every name is unique on
+    each side (the usual case), without a tuple per row and a dict of them (~150 bytes a row on each side)."""
+    if not (isinstance(t.shape, CodedColumn) and isinstance(g.shape, CodedColumn)):
+        return None
+    tn, gn = t.names, g.names
+    gh = np.fromiter(map(hash, gn), dtype=np.int64, count=len(gn))
+    order = np.argsort(gh, kind="stable")
+    gs = gh[order]
+    del gh
+    if len(gs) > 1 and (gs[1:] == gs[:-1]).any():
+        return None  # a name twice (or a hash collision): the general join counts occurrences
+    th = np.fromiter(map(hash, tn), dtype=np.int64, count=len(tn))
+    if len(th) > 1:
+        ts = np.sort(th)
+        if (ts[1:] == ts[:-1]).any():
+            return None
+        del ts
+    golden = np.full(len(tn), -1, dtype=np.int64)
+    if not len(gs) or not len(th):
+        return golden
+    pos = np.minimum(np.searchsorted(gs, th), len(gs) - 1)
+    hit = np.flatnonzero(gs[pos] == th)
+    del th
+    cand = order[pos[hit]]
+    same = np.fromiter((tn[i] == gn[j] for i, j in zip(hit.tolist(), cand.tolist())), dtype=bool, count=len(hit))
+    hit, cand = hit[same], cand[same]
+    # equal shape texts: the target's shape codes translated into the golden table's codes
+    gcode = {v: k for k, v in enumerate(g.shape.table)}
+    trans = np.array([gcode.get(v, -1) for v in t.shape.table], dtype=np.int64)
+    ok = trans[t.shape.codes[hit].astype(np.int64)] == g.shape.codes[cand].astype(np.int64)
+    golden[hit[ok]] = cand[ok]
+    return golden
+
+
 def match_exact(t: DumpRows, g: DumpRows) -> Matches:
     """Join on (row name, shape), then the dtype filter (G8 semantics, target order kept)."""
-    tidx, gidx = _join(list(zip(t.names, t.shape)), list(zip(g.names, g.shape)))
+    gidx = _hash_join(t, g)
+    if gidx is not None:
+        tidx = np.arange(len(t), dtype=np.int64)
+    else:
+        tidx, gidx = _join(list(zip(t.names, t.shape)), list(zip(g.names, g.shape)))
     gidx = _dtype_filter(t, g, tidx, gidx)
     rule = [RULE_EXACT if j >= 0 else RULE_NONE for j in gidx.tolist()]
     return Matches(tidx, gidx, rule)

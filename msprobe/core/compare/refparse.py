@@ -22,14 +22,20 @@ _MAX_DIGITS = 17
 def reference_parse(values: np.ndarray) -> np.ndarray:
     """float64 array -> the float64 values pandas' legacy parser gives for ``str(value)``."""
     values = np.asarray(values, dtype=np.float64)
-    finite = np.isfinite(values) & (values != 0)
-    if not finite.any():
-        return values.copy()
-    # statistics repeat (an op's output is the next op's input): parse each distinct value once
-    uniq, inverse = np.unique(values[finite], return_inverse=True)
     out = values.copy()
-    out[finite] = _parse_nonzero_finite(uniq)[inverse]
+    # a slice of rows at a time: the text matrices cost ~200 bytes a value, and a whole column's sort for
+    # distinct values as much again (statistics repeat mostly nearby: an op's output is the next op's input)
+    for a in range(0, len(values), CHUNK):
+        part = values[a:a + CHUNK]
+        finite = np.isfinite(part) & (part != 0)
+        if finite.any():
+            uniq, inverse = np.unique(part[finite], return_inverse=True)
+            out[a:a + CHUNK][finite] = _parse_nonzero_finite(uniq)[inverse.reshape(-1)]
     return out
+
+
+#: rows parsed at a time
+CHUNK = 1 << 16
 
 
 def _parse_nonzero_finite(values: np.ndarray) -> np.ndarray:

@@ -25,15 +25,14 @@ def numeric(values: Sequence) -> Tuple[np.ndarray, np.ndarray]:
     numbers = getattr(values, "numbers", None)  # a dump's CompactValues column: its arrays, and the odd values
     if numbers is not None:
         vals, ok, other = numbers()  # ok is a new array
-        if not other:  # every value a number: the column's own array, read-only (no 8-byte copy per value)
-            out = vals.view()
-            out.flags.writeable = False
-            return out, ok
-        out = vals.copy()
+        # the column's own array, read-only (no 8-byte copy per value): its slots of the other values (unused
+        # there: CompactValues reads them from its dict) take the numbers of the numeric texts
         for i, v in other.items():
             if v.__class__ in num_types or (v.__class__ is str and _NUM_RE.match(v) is not None):
-                out[i] = float(v)
+                vals[i] = float(v)
                 ok[i] = True
+        out = vals.view()
+        out.flags.writeable = False
         return out, ok
     n = len(values)
     flags = [v.__class__ in num_types for v in values]

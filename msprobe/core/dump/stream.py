@@ -70,6 +70,24 @@ def open_dump(path: str, size: int) -> Optional[Tuple[dict, "Iterator[dict]"]]:
     return head, _pieces(fh, mm, start, close, marker)
 
 
+#: bytes scanned at a time by :func:`_find_dropping`
+SCAN_BYTES = 16 << 20
+
+
+def _find_dropping(mm: mmap.mmap, sub: bytes, start: int) -> int:
+    """``mm.find(sub, start)``, a window at a time, releasing the pages scanned so far: a plain find over a
+    200 MB file would keep every page of it in this process's memory until the records are parsed."""
+    pos, size = start, len(mm)
+    while pos < size:
+        end = min(pos + SCAN_BYTES + len(sub), size)
+        hit = mm.find(sub, pos, end)
+        if hit >= 0:
+            return hit
+        _drop(mm, pos + SCAN_BYTES)
+        pos += SCAN_BYTES
+    return -1
+
+
 def _layout(mm: mmap.mmap):
     nl = mm.find(b"\n", 0, 64)
     if nl < 0 or mm[:nl].strip(_WS) != b"{":
@@ -79,7 +97,7 @@ def _layout(mm: mmap.mmap):
         return None
     u, i, start = sec
     pad = b" " * u
-    close = mm.find(b"\n" + pad + b"}", start)
+    close = _find_dropping(mm, b"\n" + pad + b"}", start)
     if close < 0:
         return None
     # nothing but the closing brace after data (keys after it: let the whole-file parser handle them)

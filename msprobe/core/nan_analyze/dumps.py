@@ -208,10 +208,10 @@ def read_rank(paths: RankPaths) -> RankRecords:
             f"{side} dump.json {paths.dump} holds no statistics (no Max/Min/Mean/Norm on any tensor; a dump made "
             f"with summary_mode 'md5' only, or a tensor dump without statistics); nan_analyze needs a statistics "
             f"dump: re-run the dump with task 'statistics' and summary_mode 'statistics'")
-    state = np.array(rows.state, dtype=object)
+    state = np.array(list(rows.state), dtype=object)   # (list(): a coded column gives its values at once)
     is_in = (state == "input") | (state == "parameters")
     is_out = state == "output"
-    api = np.array(rows.api, dtype=object)
+    api = np.array(list(rows.api), dtype=object)
     starts = np.flatnonzero(np.r_[True, api[1:] != api[:-1]])
     ends = np.r_[starts[1:], n]
     names = api[starts].tolist()
