@@ -649,6 +649,22 @@ def test_append_output_continues_the_rank_folder(tmp_path):
     assert third != first and any("no folder of rank 0 in that range" in x for x in lines)
 
 
+def test_everything_on_leaves_the_training_unchanged(tmp_path):
+    pytest.importorskip("tensorboard")
+    cfg = {"targets": {}, "xy_distribution": True, "wg_distribution": True, "monitor_mbs_grad": True,
+           "mv_distribution": True, "ur_distribution": True, "param_distribution": True, "mg_direction": True,
+           "recording_l2_features": True, "l2_targets": {"linear_hook": []}, "stack_info": True,
+           "format": "tensorboard", "ops": ["min", "max", "norm", "zeros", "nans", "mean", "id"],
+           "alert": {"rules": [{"rule_name": "AnomalyTurbulence", "args": {"threshold": 0.5}},
+                               {"rule_name": "AnomalyNan", "args": {}}], "dump": True}}
+    rng = torch.random.get_rng_state()
+    losses, mon, _, d = train(str(tmp_path), cfg, steps=6, grad_acc=2)
+    assert not mon._failed
+    torch.random.set_rng_state(rng)
+    assert losses == train(str(tmp_path / "plain"), steps=6, grad_acc=2)[0]
+    assert os.path.isfile(os.path.join(d, "stack_info.csv"))
+
+
 def test_model_chunks_get_vpp_prefixes(tmp_path):
     """A list of model chunks (virtual pipeline stages): names '0:...' and '1:...', vpp_stage column 0 / 1."""
     torch.manual_seed(0)

@@ -49,7 +49,6 @@ from msprobe.pytorch.monitor.structure import StackRecorder, StructRecorder
 log = logging.getLogger("msprobe")
 
 MAX_ALERT_LINES = 20          # console lines per step; the rest are counted (all are in anomaly.json)
-_UNSUPPORTED = ()
 
 
 def _msg(text):
@@ -158,9 +157,6 @@ class TrainerMon:
 
     # ------------------------------------------------------------------------------------------ setup
     def _apply_config(self, cfg):
-        for key in _UNSUPPORTED:
-            if cfg.get(key):
-                log.warning("msprobe monitor: %s is not supported by this version and is ignored", key)
         _msg(f"current config: {cfg}")
         self.config = cfg
         self.ops = cfg["ops"]
