@@ -1,5 +1,7 @@
-"""Convert the training monitor's CSV output to TensorBoard event files (the reference's
-``csv2tensorboard_by_step``; see docs/monitor.md)."""
+"""Convert the training monitor's CSV output to TensorBoard event files (see docs/monitor.md).
+
+The reference's ``csv2tensorboard_by_step`` (``msprobe.pytorch.monitor.csv2tb``) as a command.
+"""
 
 from __future__ import annotations
 
