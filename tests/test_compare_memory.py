@@ -153,8 +153,11 @@ def test_highlight_masks_from_columns_equal_the_cells():
 
 
 def test_worker_parsed_side_is_restored_exactly():
-    """The golden side parsed in the worker is sent without its statistics' values and masks (copies of the
-    dump's own columns) and remade in the parent: the same arrays as a parse in the parent itself."""
+    """The golden side parsed in the worker is sent without its prepared statistics (the parent makes them once
+    the worker has ended), through the spool file as through pickle, and through the sequential path's
+    compaction: the same rows and arrays as a parse in the parent itself."""
+    import tempfile
+
     import numpy as np
 
     from msprobe.core.compare import engine as eng
@@ -164,7 +167,18 @@ def test_worker_parsed_side_is_restored_exactly():
                 if os.path.isfile(os.path.join(r, "dump.json")))
     whole = eng._load_side(path, "golden", "")
     sent = pickle.loads(pickle.dumps(eng._load_side_sent(path, "golden", "")))
-    assert sent.parsed is not None and all(v is None and ok is None for v, ok, _ in sent.parsed)
+    assert sent.parsed is None
+    with tempfile.TemporaryFile() as fh:
+        assert eng._load_side_sent(path, "golden", "", fh.fileno()) is True
+        fh.seek(0)
+        spooled = eng._unspool(fh)
+    compacted = eng._compacted([eng._load_side(path, "golden", "", numbers=False)])
+    for other in (spooled, compacted):
+        assert other.names == whole.names and other.api == whole.api and other.shape == whole.shape
+        assert other.dtype == whole.dtype and other.value == whole.value and other.stat_max == whole.stat_max
+        eng._restore_numbers(other)
+        for (v1, ok1, r1), (v2, ok2, r2) in zip(whole.parsed, other.parsed):
+            assert v1.tobytes() == v2.tobytes() and ok1.tolist() == ok2.tolist() and r1.tobytes() == r2.tobytes()
     eng._restore_numbers(sent)
     assert len(sent.parsed) == len(whole.parsed) == 4
     for (v1, ok1, r1), (v2, ok2, r2) in zip(whole.parsed, sent.parsed):
@@ -204,3 +218,34 @@ def test_hash_join_equals_the_tuple_join():
     assert _hash_join(t2, g2) is None
     assert match_exact(t2, g2).golden.tolist() == [0, 2, 1]
     assert np.array_equal(match_exact(g, g).golden, np.arange(5))
+
+
+def test_compact_columns_read_like_the_lists_they_replace():
+    """CodedColumn / SparseColumn (built whole or a piece at a time) give the list's values for len, indexing,
+    slices, iteration, take with -1 -> fill, ==, and survive pickling; NO_VALUE stays the one marker through
+    pickle (it used to come back as a new object, so ``is NO_VALUE`` failed in the parent)."""
+    import numpy as np
+
+    from msprobe.core.dump.reader import NO_VALUE
+    from msprobe.core.io.columns import CodedColumn, SparseColumn, TakenColumn
+
+    vals = ["[2, 3]", "[]", "[2, 3]", "None", "[]"] * 30000 + ["[7]"]
+    whole = CodedColumn(vals)
+    built = CodedColumn()
+    for a in range(0, len(vals), 777):
+        built.extend(vals[a:a + 777])
+    for col in (whole, built, pickle.loads(pickle.dumps(built))):
+        assert len(col) == len(vals) and col == vals and list(col) == vals and col[-1] == "[7]"
+        assert col[3:9] == vals[3:9] and col.codes.dtype == np.uint8 and len(col.table) == 4
+        assert col.take(np.array([0, -1, 150000]), fill="N/A") == ["[2, 3]", "N/A", "[7]"]
+        tc = TakenColumn(col, np.array([150000, -1, 1]), "N/A")
+        assert [tc[0], tc[1], tc[2]] == ["[7]", "N/A", "[]"] == tc.tolist()
+    values = [NO_VALUE, 3, NO_VALUE, [1, 2], None] * 1000
+    sparse = SparseColumn()
+    for a in range(0, len(values), 333):
+        sparse.extend(values[a:a + 333])
+    back = pickle.loads(pickle.dumps(sparse))
+    for col in (sparse, back, SparseColumn(values, NO_VALUE)):
+        assert len(col) == len(values) and col.tolist() == values
+        assert col.take(np.array([1, -1, 4998]), fill=NO_VALUE) == [3, NO_VALUE, [1, 2]]
+    assert back[0] is NO_VALUE and pickle.loads(pickle.dumps(NO_VALUE)) is NO_VALUE
