@@ -320,6 +320,11 @@ FLAGS = {
     "run_ut": ["-api_info", "-o", "-save_error_data", "-j", "-d", "-csv_path", "-f", "-config", "--timeout",
                "--data_mode", "-q"],
     "multi_run_ut": ["-api_info", "-o", "-n", "-d", "-csv_path", "-config", "-q"],
+    "config_check": ["-d", "-c", "-o"],
+    # (dc's -cmp_path names a converter script to run: a user's choice, left out of the fuzzing)
+    "parse": ["pt", "cn", "pk", "dc", "-n", "-m", "-g", "-p", "-s", "-al", "-rl", "-f", "-out"],
+    "grad_compare": ["-d1", "-d2", "-o", "--no_plots"],
+    "csv2tensorboard": ["-d", "-o", "--time_start", "--time_end", "--types"],
 }
 
 

@@ -251,3 +251,20 @@ def test_pt_when_the_text_file_cannot_be_written(tmp_path, capsys, monkeypatch):
     assert main(["parse", "pt", "-n", str(tmp_path / "a.npy")]) == 0
     cap = capsys.readouterr()
     assert "[Shape: (3,)]" in cap.out and "not written" in cap.err and "TextFile:" not in cap.out
+
+
+def test_shell_without_readable_stdin_is_one_line(monkeypatch, capsys):
+    """The shell with a standard input that cannot be read (closed, or captured as under pytest) says so in one
+    line and exits 2, instead of an internal error (found by the argument fuzzer: ``msprobe parse``)."""
+    import io
+
+    from msprobe.cli.main import main
+
+    class Unreadable(io.StringIO):
+        def readline(self, *a):
+            raise OSError("reading from stdin while output is captured")
+
+    monkeypatch.setattr("sys.stdin", Unreadable())
+    assert main(["parse"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot read commands from standard input" in err and "internal error" not in err

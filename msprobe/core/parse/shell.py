@@ -227,4 +227,9 @@ def run_shell(stdin: Optional[TextIO] = None, stdout: Optional[TextIO] = None,
         shell.cmdloop()
     except KeyboardInterrupt:
         print("\nExit parsing.......", file=out)
+    except (OSError, ValueError, AttributeError) as exc:  # stdin closed or not readable (no terminal, no pipe)
+        from msprobe.core.errors import MsprobeError
+
+        raise MsprobeError(f"parse: cannot read commands from standard input ({exc}); give one on the command "
+                           f"line instead, e.g. 'msprobe parse cn -m a.npy -g b.npy'") from None
     return 0
