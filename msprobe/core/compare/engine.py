@@ -19,7 +19,7 @@ from msprobe.core.compare.match import Matches, match_exact, match_fuzzy, match_
 from msprobe.core.dump.reader import (MODE_MD5, MODE_STATISTICS, MODE_TENSOR, NO_VALUE, CompactValues, DumpRows, dump_mode,
                                       read_dump)
 from msprobe.core.errors import MsprobeError
-from msprobe.core.io.columns import ChunkedColumn, CodedColumn, ListLike, TakenColumn
+from msprobe.core.io.columns import ChunkedColumn, CodedColumn, ListLike, SparseColumn, TakenColumn
 
 log = logging.getLogger("msprobe")
 
@@ -116,10 +116,15 @@ def _take(values: list, idx: np.ndarray, fill=NA) -> list:
     return [values[i] if i >= 0 else fill for i in idx.tolist()]
 
 
+def _in_order(idx: np.ndarray, n: int) -> bool:
+    """idx is 0, 1, ..., n-1."""
+    return len(idx) == n and (n == 0 or (idx[0] == 0 and idx[-1] == n - 1 and bool(np.all(np.diff(idx) == 1))))
+
+
 def _taken(values, idx: np.ndarray, fill=NA):
     """values[idx] for a report column read by the verdict and the writers: a :class:`TakenColumn` (cells made a
     chunk at a time) for a dump's coded column, else the list :func:`_take` gives."""
-    if isinstance(values, CodedColumn):
+    if isinstance(values, (CodedColumn, SparseColumn)):
         return TakenColumn(values, idx, fill)
     return _take(values, idx, fill)
 
@@ -237,6 +242,7 @@ def _read_both(cfg: CompareConfig, target_json: str, golden_json: str) -> Tuple[
         held = [_load_side(golden_json, "golden", "", numbers=False)]  # the golden stack is never shown
         g = _compacted(held) if size >= PARALLEL_PARSE_BYTES else held.pop()
         _restore_numbers(g)
+        _trim_heap()  # (what preparing the golden statistics left free)
         return t, g
     import tempfile
     from concurrent.futures import ProcessPoolExecutor
@@ -383,7 +389,8 @@ def _basic(t: DumpRows, g: DumpRows, m: Matches) -> Tuple[List[str], List[list]]
     bench_names = (_take(g.names, m.golden) if g.names is not None
                    else _take(t.names, np.where(m.golden >= 0, m.target, -1)))
     cols = [
-        _take(t.names, m.target), bench_names,
+        # (every target row in order, as an exact or fuzzy match gives: the dump's own list, not a copy)
+        t.names if _in_order(m.target, len(t.names)) else _take(t.names, m.target), bench_names,
         _taken(t.dtype, m.target), _taken(g.dtype, m.golden),
         _taken(t.shape, m.target), _taken(g.shape, m.golden),
         _taken(t.requires_grad, m.target), _taken(g.requires_grad, m.golden),
@@ -487,7 +494,7 @@ def _highlight(t: DumpRows, g: DumpRows, m: Matches, max_diff, rg_bad, msg, **mo
     bmax_ok = _number_at(g.stat_max, m.golden) & m.matched
     md_vals, md_ok = max_diff if isinstance(max_diff, tuple) else _number_mask(max_diff)
     h = hl.HighlightInput(
-        api=_take(t.api, m.target), state=_take(t.state, m.target),
+        api=_taken(t.api, m.target), state=_taken(t.state, m.target),
         npu_nonfinite=_nonfinite_at(m.target, t.stat_max, t.stat_min),
         npu_max_num=nmax_ok, bench_max_num=bmax_ok,
         max_diff=md_vals, max_diff_num=md_ok, rg_inconsistent=rg_bad, **mode_cols,
@@ -522,11 +529,11 @@ def _judge(t: DumpRows, g: DumpRows, m: Matches, basic: List[list], rg_bad=None,
     ts, tok = _stat_arrays(t, m.target)
     gs, gok = _stat_arrays(g, m.golden)
     facts = vd.Facts(
-        names=basic[0], api=_take(t.api, m.target), state=_take(t.state, m.target),
+        names=basic[0], api=_taken(t.api, m.target), state=_taken(t.state, m.target),
         matched=m.matched, shape=basic[4], t_dtype=basic[2], g_dtype=basic[3],
         t_stats=ts, g_stats=gs, t_ok=tok, g_ok=gok,
-        t_value=_take(t.value, m.target, fill=NO_VALUE) if t.value else None,
-        g_value=_take(g.value, m.golden, fill=NO_VALUE) if g.value else None,
+        t_value=_taken(t.value, m.target, fill=NO_VALUE) if t.value else None,
+        g_value=_taken(g.value, m.golden, fill=NO_VALUE) if g.value else None,
         rg_bad=rg_bad, **extra,
     )
     return vd.judge(facts)
@@ -599,7 +606,7 @@ def _statistics(cfg: CompareConfig, t: DumpRows, g: DumpRows, m: Matches) -> Rep
     header += STAT_DIFF + SUMMARY + ["Requires_grad Consistent", "Result", "Err_message"]
     cols += diff_cells + rel_cells + summary_cells + [rg_cells, result, msg]
     names = cols[0]
-    rep = Report(MODE_STATISTICS, header, cols, None, names, _take(t.api, m.target), int(matched.sum()))
+    rep = Report(MODE_STATISTICS, header, cols, None, names, _taken(t.api, m.target), int(matched.sum()))
     rep.ref_styles = ref_styles
     _apply(rep, j, cfg)
     return rep

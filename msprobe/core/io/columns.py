@@ -261,12 +261,13 @@ class SparseColumn(ListLike):
 
 
 class TakenColumn(ChunkedColumn):
-    """``coded[idx]`` (a :class:`CodedColumn` read at report rows ``idx``; -1 -> ``fill``) without a list of the
-    whole report: cells are made a chunk at a time, and ``col[i]`` is a table lookup."""
+    """``col[idx]`` (a :class:`CodedColumn` or :class:`SparseColumn` read at report rows ``idx``; -1 -> ``fill``)
+    without a list of the whole report: cells are made a chunk at a time, ``col[i]`` is a lookup, and
+    ``np.asarray(col, dtype=object)`` is made from the codes."""
 
     __slots__ = ("coded", "idx", "fill")
 
-    def __init__(self, coded: CodedColumn, idx: np.ndarray, fill=None):
+    def __init__(self, coded, idx: np.ndarray, fill=None):
         self.coded, self.idx, self.fill = coded, np.asarray(idx, dtype=np.int64), fill
         super().__init__(len(self.idx), lambda a, b: coded.take(self.idx[a:b], fill))
 
@@ -279,4 +280,23 @@ class TakenColumn(ChunkedColumn):
         if not 0 <= i < self.n:
             raise IndexError("column index out of range")
         j = int(self.idx[i])
-        return self.coded.table[int(self.coded.codes[j])] if j >= 0 else self.fill
+        if j < 0:
+            return self.fill
+        if isinstance(self.coded, CodedColumn):
+            return self.coded.table[int(self.coded.codes[j])]
+        return self.coded.take(self.idx[i:i + 1], self.fill)[0]
+
+    def __array__(self, dtype=None, copy=None):
+        if not isinstance(self.coded, CodedColumn):
+            out = np.empty(self.n, dtype=object)
+            out[:] = self.tolist()
+        else:
+            table = self.coded.table
+            objs = np.empty(len(table) + 1, dtype=object)
+            for k, v in enumerate(table):
+                objs[k] = v
+            objs[-1] = self.fill
+            has = self.idx >= 0
+            codes = np.where(has, self.coded.codes[np.where(has, self.idx, 0)], len(table))
+            out = objs[codes]
+        return out if dtype is None or np.dtype(dtype) == object else out.astype(dtype)
