@@ -5,7 +5,6 @@
 # judges the difference by the precision standard of the API - the same standards, metrics and
 # verdicts as the PyTorch scripts (msprobe/core/acc_check/op_standards.py, pasted above).
 # ---------------------------------------------------------------------------------------------
-import argparse
 import math
 import os
 import sys
@@ -21,6 +20,7 @@ except ImportError as _exc:
 
 from msprobe.core.acc_check.standards import *  # msprobe-only
 from msprobe.core.acc_check.op_standards import *  # msprobe-only
+from msprobe.core.op_generate.script_runtime import *  # msprobe-only
 
 FLOAT_NAMES = ("float16", "bfloat16", "float32", "float64")
 _DTYPE_TYPE = getattr(getattr(ms, "common", None), "dtype", None)
@@ -40,36 +40,7 @@ def dname(dtype):
     return str(dtype).rsplit(".", 1)[-1].lower()
 
 
-# ---- argument records (the data block below the runtime is written with these) ----
-
-class T:
-    """A recorded tensor: dtype, shape, statistics and, for real data, its .npy file."""
-
-    def __init__(self, dtype, shape, min=None, max=None, mean=None, norm=None, requires_grad=False, file=None):
-        self.dtype, self.shape = dtype, list(shape)
-        self.min, self.max, self.mean, self.norm = min, max, mean, norm
-        self.requires_grad, self.file = bool(requires_grad), file
-
-    def __repr__(self):
-        return f"T({self.dtype!r}, {self.shape})"
-
-
-class DType:
-    """A mindspore dtype argument; the benchmark run raises floating dtypes to its precision."""
-
-    def __init__(self, name):
-        self.name = name
-
-
-class Unrecorded:
-    """An argument the dump recorded as {}; passed as None."""
-
-
-# ---- building inputs ----
-
-def _finite(v):
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
+# ---- building inputs (the argument records T, DType and Unrecorded: script_runtime.py, pasted above) ----
 
 def random_array(spec, rng):
     """Random data (numpy) with the recorded shape that reproduces the recorded Min/Max (first and last
@@ -77,51 +48,34 @@ def random_array(spec, rng):
     name = dname(spec.dtype)
     shape = [int(s) for s in spec.shape]
     n = math.prod(shape)
-    lo, hi = spec.min, spec.max
     if n == 0:
         return np.zeros(shape, dtype=np.float64 if name in FLOAT_NAMES else np.int64)
     if name == "bool":
-        lo_b, hi_b = bool(lo) if lo is not None else False, bool(hi) if hi is not None else True
+        lo_b, hi_b = bool_bounds(spec)
         if lo_b == hi_b:
             return np.full(shape, lo_b, dtype=bool)
         flat = rng.randint(0, 2, n).astype(bool)
         flat[0], flat[-1] = lo_b, hi_b
         return flat.reshape(shape)
     if name not in FLOAT_NAMES and not name.startswith("complex"):
-        ilo = int(math.floor(lo)) if _finite(lo) else 0
-        ihi = int(math.ceil(hi)) if _finite(hi) else max(ilo, 0) + 10
-        ihi = max(ihi, ilo)
+        ilo, ihi = int_bounds(spec)
         flat = rng.randint(ilo, ihi + 1, n).astype(np.int64)
         flat[0], flat[-1] = ilo, ihi
         return flat.reshape(shape)
     if name.startswith("complex"):
         return (rng.randn(*shape) + 1j * rng.randn(*shape)).astype(np.complex128)
-    flo = float(lo) if _finite(lo) else -1.0
-    fhi = float(hi) if _finite(hi) else 1.0
-    if fhi < flo:
-        flo, fhi = fhi, flo
-    mean, norm = spec.mean, spec.norm
-    if _finite(mean) and _finite(norm) and n > 2 and fhi > flo:
-        rms = float(norm) / math.sqrt(n)
-        std = math.sqrt(max(rms * rms - float(mean) ** 2, 0.0))
-        flat = np.clip(rng.randn(n) * std + float(mean), flo, fhi)
+    flo, fhi = float_bounds(spec)
+    std = spread(spec, n, flo, fhi)
+    if std is not None:
+        flat = np.clip(rng.randn(n) * std + float(spec.mean), flo, fhi)
     else:
         flat = rng.rand(n) * (fhi - flo) + flo
-    # the recorded extremes, including inf/nan when the dump saw them
-    flat[0] = float(lo) if isinstance(lo, (int, float)) and not isinstance(lo, bool) else flo
-    flat[-1] = float(hi) if isinstance(hi, (int, float)) and not isinstance(hi, bool) else fhi
+    flat[0], flat[-1] = extremes(spec, flo, fhi)
     return flat.reshape(shape)
 
 
 def load_array(spec):
-    if not spec.file:
-        raise SystemExit(f"error: no tensor file recorded for {spec!r}; use --data-mode random_data")
-    if not os.path.isfile(spec.file):
-        raise SystemExit(f"error: tensor file {spec.file} not found; use --data-mode random_data or fix the path")
-    try:
-        return np.load(spec.file, allow_pickle=False)
-    except Exception as exc:  # noqa: BLE001 - report a damaged file in one line
-        raise SystemExit(f"error: cannot load {spec.file}: {exc}")
+    return load_recorded(spec, lambda path: np.load(path, allow_pickle=False))
 
 
 class Value:
@@ -131,18 +85,10 @@ class Value:
         self.array, self.dtype = array, dtype
 
 
-def materialise(obj, make):
-    """Replace every T in a nested argument structure by Value(make(T), dtype), the values rounded to
-    the recorded dtype (so the benchmark starts from exactly the device's inputs)."""
-    if isinstance(obj, T):
-        return Value(host(to_tensor(make(obj), parse_dtype(obj.dtype)))[0], obj.dtype)
-    if isinstance(obj, list):
-        return [materialise(v, make) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(materialise(v, make) for v in obj)
-    if isinstance(obj, dict):
-        return {k: materialise(v, make) for k, v in obj.items()}
-    return obj
+def value_of(spec, make):
+    """A recorded tensor rebuilt as Value(make(T), dtype), the values rounded to the recorded dtype (so
+    the benchmark starts from exactly the device's inputs)."""
+    return Value(host(to_tensor(make(spec), parse_dtype(spec.dtype)))[0], spec.dtype)
 
 
 def to_tensor(array, dtype):
@@ -177,15 +123,6 @@ def place(obj, float_dtype=None, magnitude=False):
     if magnitude and isinstance(obj, float):
         return abs(obj)
     return obj
-
-
-def flatten(obj):
-    if isinstance(obj, (list, tuple)):
-        out = []
-        for v in obj:
-            out.extend(flatten(v))
-        return out
-    return [obj]
 
 
 API_ROOTS = {"Functional": "ops", "Mint": "mint", "MintFunctional": "mint.nn.functional", "Tensor": "Tensor"}
@@ -279,15 +216,9 @@ def rounded(b, dtype_text):
 
 def assess_output(standard, d, b, scale=None):
     """Judge one output pair (mindspore Tensors or Python values); see op_standards.assess_arrays."""
-    if d is None and b is None:
-        return {"verdict": "pass", "message": "no gradient on either side (input unused)"}
-    if isinstance(d, ms.Tensor) != isinstance(b, ms.Tensor) or (
-            not isinstance(d, ms.Tensor) and type(d) is not type(b)):
-        return {"verdict": "error", "message": "ERROR: out_device and out_bench is not the same type!"}
-    if not isinstance(d, ms.Tensor):
-        if d == b:
-            return {"verdict": "pass", "message": "PASS: out_device and out_bench equals."}
-        return {"verdict": "error", "message": f"ERROR: out_device and out_bench is not equal! ({d!r} vs {b!r})"}
+    plain = plain_outcome(d, b, lambda x: isinstance(x, ms.Tensor), strict_type=False)
+    if plain is not None:
+        return plain
     dn, dtext = host(d)
     bn, btext = host(b)
     ref = rounded(bn, dtext) if dn.shape == bn.shape and dname(dtext) in FLOAT_NAMES else None
@@ -297,44 +228,25 @@ def assess_output(standard, d, b, scale=None):
 
 
 def compare_output(k, standard, d, b, scale=None):
-    print(f"index {k}:")
-    res = assess_output(standard, d, b, scale)
-    if "rows" not in res:
-        print(res["message"])
-        return res["verdict"]
-    print(table(res["head"] + res["rows"]))
-    print(f"verdict: {res['verdict']}")
-    return res["verdict"]
+    return print_outcome(k, assess_output(standard, d, b, scale))
 
 
 def check_recorded(outputs, recorded, real):
     """Warn when the reproduction's outputs differ in dtype or shape from what the dump recorded; with
     real data, also say how far the device result is from the recorded output."""
-    if not recorded:
-        return
-    for k, (o, r) in enumerate(zip(outputs, flatten(recorded))):
-        if not (isinstance(o, ms.Tensor) and isinstance(r, T)):
-            continue
-        if dname(o.dtype) != dname(r.dtype) or list(o.shape) != [int(x) for x in r.shape]:
-            print(f"warning: output {k} is {o.dtype} {list(o.shape)} here but was recorded as {r.dtype} {r.shape}; "
-                  f"the reproduction may not match the original call")
-            continue
-        if real and r.file and os.path.isfile(r.file):
-            try:
-                rec = np.load(r.file, allow_pickle=False)
-            except Exception:  # noqa: BLE001 - informative only
-                continue
-            here = host(o)[0]
-            if rec.shape == here.shape:
-                diff = float(np.max(np.abs(here.astype(np.float64) - rec.astype(np.float64)))) if here.size else 0.0
-                print(f"output {k} is identical to the recorded output" if diff == 0
-                      else f"output {k} differs from the recorded output: max abs diff {diff:.6g}")
+    def compare_file(k, o, path):
+        try:
+            rec = np.load(path, allow_pickle=False)
+        except Exception:  # noqa: BLE001 - informative only
+            return
+        here = host(o)[0]
+        if rec.shape == here.shape:
+            diff = float(np.max(np.abs(here.astype(np.float64) - rec.astype(np.float64)))) if here.size else 0.0
+            print(f"output {k} is identical to the recorded output" if diff == 0
+                  else f"output {k} differs from the recorded output: max abs diff {diff:.6g}")
 
-
-class RunFailed(Exception):
-    def __init__(self, label, exc):
-        super().__init__(f"{type(exc).__name__}: {exc}")
-        self.label, self.exc = label, exc
+    check_recorded_outputs(outputs, recorded, real, lambda o: isinstance(o, ms.Tensor),
+                           lambda o, r: dname(o.dtype) == dname(r.dtype), compare_file)
 
 
 def settled(outputs):
@@ -346,23 +258,17 @@ def settled(outputs):
     return outputs
 
 
-def run_iteration(spec, fn, make, bdtype):
+def run_iteration(spec, fn, make, bdtype, device):
     """Rebuild the inputs and run the device and benchmark calls (and, for the ULP standard, the
     benchmark on the absolute values of the inputs); returns {label: outputs}."""
     propagation = spec["PROPAGATION"]
-    args = materialise(spec["ARGS"], make)
-    kwargs = materialise(spec["KWARGS"], make)
-    grads = materialise(spec.get("GRADS", []), make)
+    args = materialise(spec["ARGS"], lambda t: value_of(t, make))
+    kwargs = materialise(spec["KWARGS"], lambda t: value_of(t, make))
+    grads = materialise(spec.get("GRADS", []), lambda t: value_of(t, make))
     runs = {}
     for label, fdt in (("device", None), ("bench", bdtype)):
-        try:
-            runs[label] = settled(run_once(fn, place(args, fdt), place(kwargs, fdt), propagation, place(grads, fdt)))
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except Exception as exc:  # noqa: BLE001 - reported by the caller
-            if os.environ.get("MSPROBE_DEBUG"):
-                raise
-            raise RunFailed(label, exc) from exc
+        runs[label] = guarded(label, device, lambda: settled(run_once(fn, place(args, fdt), place(kwargs, fdt),
+                                                                      propagation, place(grads, fdt))))
     if spec["STANDARD"] == "ulp":
         try:
             runs["scale"] = settled(run_once(fn, place(args, bdtype, True), place(kwargs, bdtype, True), propagation,
@@ -378,17 +284,10 @@ def reproduce(spec):
     """Run one generated case (``spec``: the data block of the script as a dict); returns the exit code."""
     kind, name = spec["API"]
     target = f"mindspore.{API_ROOTS[kind]}.{name}"
-    ap = argparse.ArgumentParser(description=f"Reproduce {spec['FULL_NAME']} ({target}) alone on the device and "
-                                             f"judge it against a higher-precision run ({STANDARD_TITLES[spec['STANDARD']]}).")
-    ap.add_argument("--device", choices=("auto", "ascend", "gpu", "cpu"), default="auto",
-                    help="device under test (default: Ascend if present, else GPU, else CPU)")
-    ap.add_argument("--data-mode", choices=("random_data", "real_data"), default=spec["DATA_MODE"],
-                    help=f"random inputs from the recorded statistics, or the recorded .npy tensors (default {spec['DATA_MODE']})")
-    ap.add_argument("--iter-times", type=int, default=spec["ITER_TIMES"], help="repetitions with fresh random data")
-    ap.add_argument("--seed", type=int, default=spec["SEED"], help="random seed")
-    opts = ap.parse_args()
-    if opts.iter_times < 1:
-        ap.error("--iter-times must be >= 1")
+    opts = parse_options(spec, f"Reproduce {spec['FULL_NAME']} ({target}) alone on the device and judge it against "
+                               f"a higher-precision run ({STANDARD_TITLES[spec['STANDARD']]}).",
+                         ("ascend", "gpu", "cpu"), "device under test (default: Ascend if present, else GPU, else CPU)",
+                         ".npy")
     device = pick_device(opts.device)
     ms.set_context(mode=ms.PYNATIVE_MODE)
     ms.set_device(device)
@@ -407,30 +306,9 @@ def reproduce(spec):
     for i in range(iters):
         make = load_array if real else (lambda s: random_array(s, rng))
         try:
-            runs = run_iteration(spec, fn, make, bdtype)
-        except RunFailed as failed:  # one line; MSPROBE_DEBUG=1 shows the traceback
-            exc = failed.exc
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            print(f"error: the {failed.label} run of {target} on {device} failed: {type(exc).__name__}: {first} "
-                  f"(set MSPROBE_DEBUG=1 for the traceback; edit ARGS/KWARGS if an argument was not recorded)",
-                  file=sys.stderr)
-            return 2
-        print(f"iter: {i}:")
-        print("Compare result:")
-        dev_out, bench_out = runs["device"], runs["bench"]
-        if len(dev_out) != len(bench_out):
-            print("ERROR: the number of outputs of out_device and out_bench differs!")
-            verdicts.append("error")
-            continue
-        if i == 0 and spec["PROPAGATION"] == "forward":
-            check_recorded(dev_out, spec.get("RECORDED_OUTPUTS"), real)
-        scale_out = runs.get("scale") or []
-        for k, (d, b) in enumerate(zip(dev_out, bench_out)):
-            sc = scale_out[k] if k < len(scale_out) else None
-            verdicts.append(compare_output(k, spec["STANDARD"], d, b, sc))
-    final = worst(verdicts)
-    print("Compare finished.")
-    if spec["STANDARD"] in ("benchmark", "ulp"):
-        print("Ratio = device metric / metric of the benchmark rounded to the device dtype")
-    print(f"RESULT: {final.upper()} ({spec['FULL_NAME']}, {STANDARD_TITLES[spec['STANDARD']]})")
-    return 1 if final == "error" else 0
+            runs = run_iteration(spec, fn, make, bdtype, device)
+        except RunFailed as failed:
+            return report_failure(failed, target)
+        verdicts += judge_iteration(i, spec, runs, lambda out: check_recorded(out, spec.get("RECORDED_OUTPUTS"), real),
+                                    lambda k, d, b, sc: compare_output(k, spec["STANDARD"], d, b, sc))
+    return finish(spec, verdicts, "the benchmark rounded to the device dtype")

@@ -4,7 +4,6 @@
 # on the device and on the CPU in higher precision, and judges the difference by the precision
 # standard that applies to the API.
 # ---------------------------------------------------------------------------------------------
-import argparse
 import math
 import os
 import sys
@@ -16,6 +15,7 @@ except ImportError:
 
 from msprobe.core.acc_check.standards import *  # msprobe-only
 from msprobe.core.acc_check.op_standards import *  # msprobe-only
+from msprobe.core.op_generate.script_runtime import *  # msprobe-only
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -28,26 +28,7 @@ def parse_dtype(text):
     return value
 
 
-# ---- argument records (the data block below the runtime is written with these) ----
-
-class T:
-    """A recorded tensor: dtype, shape, statistics and, for real data, its .pt file."""
-
-    def __init__(self, dtype, shape, min=None, max=None, mean=None, norm=None, requires_grad=False, file=None):
-        self.dtype, self.shape = dtype, list(shape)
-        self.min, self.max, self.mean, self.norm = min, max, mean, norm
-        self.requires_grad, self.file = bool(requires_grad), file
-
-    def __repr__(self):
-        return f"T({self.dtype!r}, {self.shape})"
-
-
-class DType:
-    """A torch.dtype argument; the benchmark run raises floating dtypes to its precision."""
-
-    def __init__(self, name):
-        self.name = name
-
+# ---- argument records (T, DType and Unrecorded of the data block: script_runtime.py, pasted above) ----
 
 class Device:
     """A device argument; every run substitutes its own device."""
@@ -56,15 +37,7 @@ class Device:
         self.recorded = recorded
 
 
-class Unrecorded:
-    """A positional torch.dtype / torch.device argument: dumps record it as {}; passed as None."""
-
-
 # ---- building inputs ----
-
-def _finite(v):
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
 
 def random_tensor(spec, gen):
     """Random data with the recorded shape and dtype that reproduces the recorded Min/Max (first and
@@ -74,66 +47,36 @@ def random_tensor(spec, gen):
     n = math.prod(shape)
     if n == 0:
         return torch.empty(shape, dtype=dtype)
-    lo, hi = spec.min, spec.max
     if dtype == torch.bool:
-        lo_b, hi_b = bool(lo) if lo is not None else False, bool(hi) if hi is not None else True
+        lo_b, hi_b = bool_bounds(spec)
         if lo_b == hi_b:
             return torch.full(shape, lo_b, dtype=torch.bool)
         flat = torch.randint(0, 2, (n,), generator=gen).bool()
         flat[0], flat[-1] = lo_b, hi_b
         return flat.reshape(shape)
     if not (dtype.is_floating_point or dtype.is_complex):
-        ilo = int(math.floor(lo)) if _finite(lo) else 0
-        ihi = int(math.ceil(hi)) if _finite(hi) else max(ilo, 0) + 10
-        ihi = max(ihi, ilo)
+        ilo, ihi = int_bounds(spec)
         flat = torch.randint(ilo, ihi + 1, (n,), generator=gen, dtype=torch.int64)
         flat[0], flat[-1] = ilo, ihi
         return flat.to(dtype).reshape(shape)
     if dtype.is_complex:
         return torch.randn(shape, generator=gen, dtype=dtype)
-    flo = float(lo) if _finite(lo) else -1.0
-    fhi = float(hi) if _finite(hi) else 1.0
-    if fhi < flo:
-        flo, fhi = fhi, flo
-    mean, norm = spec.mean, spec.norm
-    if _finite(mean) and _finite(norm) and n > 2 and fhi > flo:
-        rms = float(norm) / math.sqrt(n)
-        std = math.sqrt(max(rms * rms - float(mean) ** 2, 0.0))
-        flat = torch.randn(n, generator=gen, dtype=torch.float64) * std + float(mean)
+    flo, fhi = float_bounds(spec)
+    std = spread(spec, n, flo, fhi)
+    if std is not None:
+        flat = torch.randn(n, generator=gen, dtype=torch.float64) * std + float(spec.mean)
         flat = flat.clamp_(flo, fhi)
     else:
         flat = torch.rand(n, generator=gen, dtype=torch.float64) * (fhi - flo) + flo
-    # the recorded extremes, including inf/nan when the dump saw them
-    flat[0] = float(lo) if isinstance(lo, (int, float)) and not isinstance(lo, bool) else flo
-    flat[-1] = float(hi) if isinstance(hi, (int, float)) and not isinstance(hi, bool) else fhi
+    flat[0], flat[-1] = extremes(spec, flo, fhi)
     return flat.to(dtype).reshape(shape)
 
 
 def load_tensor(spec):
-    if not spec.file:
-        raise SystemExit(f"error: no tensor file recorded for {spec!r}; use --data-mode random_data")
-    if not os.path.isfile(spec.file):
-        raise SystemExit(f"error: tensor file {spec.file} not found; use --data-mode random_data or fix the path")
-    try:
-        t = torch.load(spec.file, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - report a damaged file in one line
-        raise SystemExit(f"error: cannot load {spec.file}: {exc}")
+    t = load_recorded(spec, lambda path: torch.load(path, map_location="cpu", weights_only=True))
     if not isinstance(t, torch.Tensor):
         raise SystemExit(f"error: {spec.file} does not hold a tensor")
     return t
-
-
-def materialise(obj, make):
-    """Replace every T in a nested argument structure by make(T)."""
-    if isinstance(obj, T):
-        return make(obj)
-    if isinstance(obj, list):
-        return [materialise(v, make) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(materialise(v, make) for v in obj)
-    if isinstance(obj, dict):
-        return {k: materialise(v, make) for k, v in obj.items()}
-    return obj
 
 
 def bench_dtype(specs):
@@ -186,15 +129,6 @@ def grad_leaves(args, kwargs, specs_args, specs_kwargs):
     walk(args, specs_args)
     walk(kwargs, specs_kwargs)
     return leaves
-
-
-def flatten(obj):
-    if isinstance(obj, (list, tuple)):
-        out = []
-        for v in obj:
-            out.extend(flatten(v))
-        return out
-    return [obj]
 
 
 def resolve_api(kind, name):
@@ -382,14 +316,9 @@ def assess_output(standard, d, b, ref, autocast=None, scale=None):
     dtype the call computed in, which sets the thresholds for float32 outputs of an autocast call;
     ``scale``: the output of the API on the absolute values of its inputs (ULP standard, see ulp_errors).
     The metrics and verdicts are those of op_standards.assess_arrays, on numpy copies."""
-    if d is None and b is None:
-        return {"verdict": "pass", "message": "no gradient on either side (input unused)"}
-    if type(d) is not type(b):
-        return {"verdict": "error", "message": "ERROR: out_device and out_bench is not the same type!"}
-    if not isinstance(d, torch.Tensor):
-        if d == b:
-            return {"verdict": "pass", "message": "PASS: out_device and out_bench equals."}
-        return {"verdict": "error", "message": f"ERROR: out_device and out_bench is not equal! ({d!r} vs {b!r})"}
+    plain = plain_outcome(d, b, lambda x: isinstance(x, torch.Tensor))
+    if plain is not None:
+        return plain
     d = d.detach().cpu()
     b = b.detach().cpu()
     if d.is_complex() and b.is_complex():
@@ -416,48 +345,27 @@ def assess_output(standard, d, b, ref, autocast=None, scale=None):
 
 def compare_output(k, standard, d, b, ref, autocast=None, scale=None):
     """Print the comparison of output k (see assess_output); returns its verdict."""
-    print(f"index {k}:")
-    res = assess_output(standard, d, b, ref, autocast, scale)
-    if "rows" not in res:
-        print(res["message"])
-        return res["verdict"]
-    print(table(res["head"] + res["rows"]))
-    print(f"verdict: {res['verdict']}")
-    return res["verdict"]
+    return print_outcome(k, assess_output(standard, d, b, ref, autocast, scale))
 
 
 def check_recorded(outputs, recorded, real):
     """Warn when the reproduction's outputs differ in dtype or shape from what the dump recorded; with
     real data, also say how far the device result is from the recorded output tensor."""
-    if not recorded:
-        return
-    for k, (o, r) in enumerate(zip(outputs, flatten(recorded))):
-        if not (isinstance(o, torch.Tensor) and isinstance(r, T)):
-            continue
-        if str(o.dtype) != r.dtype or list(o.shape) != [int(x) for x in r.shape]:
-            print(f"warning: output {k} is {o.dtype} {list(o.shape)} here but was recorded as {r.dtype} {r.shape}; "
-                  f"the reproduction may not match the original call")
-            continue
-        if real and r.file and os.path.isfile(r.file):
-            try:
-                rec = torch.load(r.file, map_location="cpu", weights_only=True)
-            except Exception:  # noqa: BLE001 - the comparison below is informative only
-                continue
-            here = o.detach().cpu()
-            if isinstance(rec, torch.Tensor) and rec.shape == here.shape:
-                if torch.equal(rec, here):
-                    print(f"output {k} is identical to the recorded output")
-                else:
-                    diff = (here.double() - rec.double()).abs().max().item()
-                    print(f"output {k} differs from the recorded output: max abs diff {diff:.6g}")
+    def compare_file(k, o, path):
+        try:
+            rec = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception:  # noqa: BLE001 - the comparison below is informative only
+            return
+        here = o.detach().cpu()
+        if isinstance(rec, torch.Tensor) and rec.shape == here.shape:
+            if torch.equal(rec, here):
+                print(f"output {k} is identical to the recorded output")
+            else:
+                diff = (here.double() - rec.double()).abs().max().item()
+                print(f"output {k} differs from the recorded output: max abs diff {diff:.6g}")
 
-
-class RunFailed(Exception):
-    """One of the calls of an iteration raised (``label``: device, bench or reference)."""
-
-    def __init__(self, label, device, exc):
-        super().__init__(f"{type(exc).__name__}: {exc}")
-        self.label, self.device, self.exc = label, device, exc
+    check_recorded_outputs(outputs, recorded, real, lambda o: isinstance(o, torch.Tensor),
+                           lambda o, r: str(o.dtype) == r.dtype, compare_file)
 
 
 def setup(spec):
@@ -495,15 +403,8 @@ def run_iteration(spec, fn, device, make, seed, autocast, bdtype, raise_dtype, p
         kw = place(bench_kwargs if label == "bench" else kwargs, dev, fdt, dmap)
         g = place(grads, dev, fdt, dmap)
         torch.manual_seed(seed)
-        try:
-            runs[label] = run_once(fn, a, kw, propagation, g, args_spec, kwargs_spec,
-                                   ac if fdt is None else None, dev)
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except Exception as exc:  # noqa: BLE001 - reported by the caller
-            if os.environ.get("MSPROBE_DEBUG"):
-                raise
-            raise RunFailed(label, dev, exc) from exc
+        runs[label] = guarded(label, dev, lambda: run_once(fn, a, kw, propagation, g, args_spec, kwargs_spec,
+                                                           ac if fdt is None else None, dev))
     if spec["STANDARD"] == "ulp":
         runs["scale"] = magnitude_run(spec, fn, bench_args, bench_kwargs, grads, bdtype, raise_dtype, propagation)
     return runs
@@ -541,21 +442,13 @@ def magnitude_run(spec, fn, args, kwargs, grads, bdtype, raise_dtype, propagatio
 
 def reproduce(spec):
     """Run one generated case (``spec``: the data block of the script as a dict); returns the exit code."""
-    ap = argparse.ArgumentParser(description=f"Reproduce {spec['FULL_NAME']} alone on the device and judge it "
-                                             f"against the CPU in higher precision ({STANDARD_TITLES[spec['STANDARD']]}).")
-    ap.add_argument("--device", choices=("auto", "npu", "cuda", "cpu"), default="auto",
-                    help="device under test (default: NPU if present, else CUDA, else CPU)")
-    ap.add_argument("--data-mode", choices=("random_data", "real_data"), default=spec["DATA_MODE"],
-                    help=f"random inputs from the recorded statistics, or the recorded .pt tensors (default {spec['DATA_MODE']})")
-    ap.add_argument("--iter-times", type=int, default=spec["ITER_TIMES"], help="repetitions with fresh random data")
-    ap.add_argument("--seed", type=int, default=spec["SEED"], help="random seed")
-    opts = ap.parse_args()
-    if opts.iter_times < 1:
-        ap.error("--iter-times must be >= 1")
+    opts = parse_options(spec, f"Reproduce {spec['FULL_NAME']} alone on the device and judge it against the CPU "
+                               f"in higher precision ({STANDARD_TITLES[spec['STANDARD']]}).",
+                         ("npu", "cuda", "cpu"), "device under test (default: NPU if present, else CUDA, else CPU)",
+                         ".pt")
     device = pick_device(opts.device)
     kind, name = spec["API"]
     fn, autocast, bdtype, raise_dtype = setup(spec)
-    propagation = spec["PROPAGATION"]
     real = opts.data_mode == "real_data"
     iters = 1 if real else opts.iter_times
     print(f"{spec['FULL_NAME']}: {kind}.{name} on {device}, benchmark on cpu in {bdtype}, "
@@ -568,32 +461,13 @@ def reproduce(spec):
         make = load_tensor if real else (lambda s: random_tensor(s, gen))
         try:
             runs = run_iteration(spec, fn, device, make, opts.seed + i, autocast, bdtype, raise_dtype)
-        except RunFailed as failed:  # one line; MSPROBE_DEBUG=1 shows the traceback
-            exc = failed.exc
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            print(f"error: the {failed.label} run of {kind}.{name} on {failed.device} failed: {type(exc).__name__}: {first} "
-                  f"(set MSPROBE_DEBUG=1 for the traceback; edit ARGS/KWARGS if an argument was not recorded)",
-                  file=sys.stderr)
-            return 2
-        print(f"iter: {i}:")
-        print("Compare result:")
-        dev_out, bench_out, ref_out = runs["device"], runs["bench"], runs["reference"]
-        if len(dev_out) != len(bench_out):
-            print("ERROR: the number of outputs of out_device and out_bench differs!")
-            verdicts.append("error")
-            continue
-        if i == 0 and propagation == "forward":
-            check_recorded(dev_out, spec.get("RECORDED_OUTPUTS"), real)
-        scale_out = runs.get("scale") or []
-        for k, (d, b) in enumerate(zip(dev_out, bench_out)):
-            r = ref_out[k] if (device != "cpu" and k < len(ref_out)) else None
-            sc = scale_out[k] if k < len(scale_out) else None
-            verdicts.append(compare_output(k, spec["STANDARD"], d, b, r, autocast, sc))
-    final = worst(verdicts)
-    print("Compare finished.")
-    if spec["STANDARD"] in ("benchmark", "ulp"):
-        base = ("the benchmark rounded to the device dtype (the device is the CPU)" if device == "cpu"
-                else "the same API on the CPU in the device dtype")
-        print(f"Ratio = device metric / metric of {base}")
-    print(f"RESULT: {final.upper()} ({spec['FULL_NAME']}, {STANDARD_TITLES[spec['STANDARD']]})")
-    return 1 if final == "error" else 0
+        except RunFailed as failed:
+            return report_failure(failed, f"{kind}.{name}")
+        ref_out = runs["reference"]
+        verdicts += judge_iteration(
+            i, spec, runs, lambda out: check_recorded(out, spec.get("RECORDED_OUTPUTS"), real),
+            lambda k, d, b, sc: compare_output(k, spec["STANDARD"], d, b,
+                                               ref_out[k] if (device != "cpu" and k < len(ref_out)) else None,
+                                               autocast, sc))
+    return finish(spec, verdicts, "the benchmark rounded to the device dtype (the device is the CPU)"
+                  if device == "cpu" else "the same API on the CPU in the device dtype")
