@@ -7,7 +7,6 @@ host (numpy) copies and keeps a row per inconsistent output; ``fix`` returns the
 each output's dtype, instead of the original output (computed from the real inputs, so gradients flow through
 the float32 computation).
 """
-import logging
 import math
 
 import numpy as np
@@ -16,15 +15,14 @@ import mindspore as ms
 from mindspore import Tensor, ops
 
 from msprobe.core.free_benchmark import npcompare, rules
-from msprobe.core.free_benchmark.results import Results, Row
+from msprobe.core.free_benchmark.handler_base import MAX_DEPTH as _MAX_DEPTH
+from msprobe.core.free_benchmark.handler_base import HandlerBase, leaves
+from msprobe.core.free_benchmark.results import Row
 from msprobe.mindspore.dump.hooks import TLS, guarded
-
-log = logging.getLogger("msprobe")
 
 LOW = (ms.float16, ms.bfloat16)
 FLOATS = (ms.float16, ms.bfloat16, ms.float32, ms.float64)
 _INT_VIEW = {2: np.int16, 4: np.int32, 8: np.int64}
-_MAX_DEPTH = 50
 
 
 class Skip(Exception):
@@ -49,14 +47,8 @@ def map_tensors(obj, fn, depth=0):
 
 
 def tensors(obj, depth=0):
-    if isinstance(obj, Tensor):
-        yield obj
-    elif depth < _MAX_DEPTH and isinstance(obj, (list, tuple)):
-        for x in obj:
-            yield from tensors(x, depth + 1)
-    elif depth < _MAX_DEPTH and isinstance(obj, dict):
-        for x in obj.values():
-            yield from tensors(x, depth + 1)
+    """The tensors of a nested structure (lists, tuples, dict values)."""
+    return leaves(obj, Tensor, depth)
 
 
 def host(t):
@@ -185,31 +177,13 @@ def list_filter(entries):
     return exact, parts
 
 
-class MsFreeBenchmark:
+class MsFreeBenchmark(HandlerBase):
     def __init__(self, service):
-        self.svc = service
-        self.cfg = service.cfg.free_benchmark
+        super().__init__(service)
         self.exact, self.parts = list_filter(self.cfg.list)
-        self.errors = service.errors
-        self.mode = self.cfg.pert_mode
-        self.counts = {}
-        self.results = Results()
-        self.skipped = {}
-        self.step = 0
-        self.rank = 0
-
-    def begin_step(self, step_dir, step, rank):
-        self.step = step
-        self.rank = rank if rank is not None else 0
-        if self.results.step_dir != step_dir:
-            self.results.new_step(step_dir)
-
-    def end_step(self):
-        self.counts.clear()
 
     def __call__(self, name, func, args, kwargs, distributed=False):
-        n = self.counts.get(name, 0)
-        self.counts[name] = n + 1
+        n = self.next_index(name)
         TLS.depth += 1
         try:
             fwd = f"{name}.{n}.forward"
@@ -252,9 +226,7 @@ class MsFreeBenchmark:
         try:
             pargs, pkwargs = perturb(mode, args, kwargs)
         except Skip as why:
-            if name not in self.skipped:
-                self.skipped[name] = str(why)
-                log.debug("[msprobe] Free benchmark: %s: %s; perturbation cancelled", name, why)
+            self._skip(name, str(why))
             return None
         pout = rng.around(lambda: func(*pargs, **pkwargs))
         if fix:

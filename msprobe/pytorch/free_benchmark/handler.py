@@ -7,18 +7,16 @@ tool.  ``check`` compares the two outputs and keeps a CSV row per inconsistent o
 output (upcast or on CPU, cast back) into the original output tensor.  The backward stage re-computes the input
 gradients of the call twice (original and perturbed inputs) when the gradient of its output arrives.
 """
-import logging
 
 import torch
 
 from msprobe.core.free_benchmark import rules
+from msprobe.core.free_benchmark.handler_base import HandlerBase
 from msprobe.core.free_benchmark.preheat import Preheat
-from msprobe.core.free_benchmark.results import Results, Row
+from msprobe.core.free_benchmark.results import Row
 from msprobe.pytorch.dump.hooks import TLS, _write_kind, guarded
 from msprobe.pytorch.free_benchmark import compare, perturb
 from msprobe.pytorch.free_benchmark.perturb import Skip
-
-log = logging.getLogger("msprobe")
 
 # never re-run: no output to compare, or re-running means nothing
 _NEVER = {"__setitem__", "backward", "set_", "zero_", "copy_", "detach_", "requires_grad_", "retain_grad",
@@ -85,37 +83,24 @@ def _generators(args, kwargs):
 _WRITES_OTHERS = ("batch_norm", "instance_norm", "embedding")
 
 
-class FreeBenchmark:
+class FreeBenchmark(HandlerBase):
     def __init__(self, service):
-        self.svc = service
-        self.cfg = service.cfg.free_benchmark
-        self.errors = service.errors
-        self.mode = self.cfg.pert_mode
-        self.counts = {}
-        self.results = Results()
+        super().__init__(service)
         self.preheat = Preheat(self.cfg.preheat_step, self.cfg.max_sample) if self.cfg.if_preheat else None
         self.generation = 0
-        self.skipped = {}           # api -> reason (logged once)
-        self.step = 0
-        self.rank = 0
 
     # ------------------------------------------------------------------ per step
-    def begin_step(self, step_dir, step, rank):
-        self.step = step
-        self.rank = rank if rank is not None else 0
-        if self.results.step_dir != step_dir:
-            self.results.new_step(step_dir)
-            if self.preheat is not None:
-                self.preheat.new_step()
+    def _new_step_dir(self):
+        if self.preheat is not None:
+            self.preheat.new_step()
 
     def end_step(self):
-        self.counts.clear()
+        super().end_step()
         self.generation += 1
 
     # ------------------------------------------------------------------ the wrapped call
     def __call__(self, name, func, args, kwargs, distributed):
-        n = self.counts.get(name, 0)
-        self.counts[name] = n + 1
+        n = self.next_index(name)
         TLS.depth += 1
         try:
             cfg = self.cfg
@@ -162,11 +147,6 @@ class FreeBenchmark:
             if "inplace" in kwargs:
                 kwargs["inplace"] = False
         return args, kwargs
-
-    def _skip(self, name, reason):
-        if name not in self.skipped:
-            self.skipped[name] = reason
-            log.debug("[msprobe] Free benchmark: %s: %s; perturbation cancelled", name, reason)
 
     def _run(self, prep, mode, func, args, kwargs, out=None):
         """The perturbed re-run (no autograd, replayed random state); None when the mode does not apply."""

@@ -5,11 +5,12 @@ import math
 import torch
 
 from msprobe.core.free_benchmark import rules
+from msprobe.core.free_benchmark.handler_base import MAX_DEPTH as _MAX_DEPTH
+from msprobe.core.free_benchmark.handler_base import leaves
 
 LOW = (torch.float16, torch.bfloat16)
 INT_VIEW = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32,
             torch.float64: torch.int64}
-_MAX_DEPTH = 50
 
 
 class Skip(Exception):
@@ -33,14 +34,8 @@ def map_tensors(obj, fn, depth=0):
 
 
 def tensors(obj, depth=0):
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif depth < _MAX_DEPTH and isinstance(obj, (list, tuple)):
-        for x in obj:
-            yield from tensors(x, depth + 1)
-    elif depth < _MAX_DEPTH and isinstance(obj, dict):
-        for x in obj.values():
-            yield from tensors(x, depth + 1)
+    """The tensors of a nested structure (lists, tuples, dict values)."""
+    return leaves(obj, torch.Tensor, depth)
 
 
 def _float(t):
