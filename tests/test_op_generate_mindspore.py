@@ -95,18 +95,21 @@ def test_generated_scripts(tmp_path, capsys):
 
 
 def test_one_implementation_of_the_standards(tmp_path, capsys):
-    """The MindSpore and the PyTorch scripts carry the same pasted standards code (core/acc_check)."""
+    """The MindSpore and the PyTorch scripts carry the same pasted standards code (core/acc_check) and the
+    same framework-free runtime (core/op_generate/script_runtime.py)."""
     from msprobe.core.acc_check import op_standards, standards
+    from msprobe.core.op_generate import script_runtime
     from msprobe.mindspore.op_generate.generator import RUNTIME_FILE
     from msprobe.pytorch.op_generate.generator import runtime_source
 
     ms_src, pt_src = runtime_source(RUNTIME_FILE), runtime_source()
-    for module in (standards, op_standards):
+    for module in (standards, op_standards, script_runtime):
         body = open(module.__file__, encoding="utf-8").read().split('"""', 2)[2]
         body = "".join(l for l in body.strip("\n").splitlines(True) if "# msprobe-only" not in l)
         assert body in ms_src and body in pt_src
     for src in (ms_src, pt_src):
         assert src.count("def judge_metrics(") == 1 and src.count("def metrics_benchmark(") == 1
+        assert src.count("class T:") == 1 and src.count("def reproduce(") == 1
         assert "msprobe-only" not in src
 
 

@@ -11,7 +11,6 @@ path) is not supported: the debugger refuses it at construction.
 """
 from __future__ import annotations
 
-import logging
 from typing import List
 
 import numpy as np
@@ -19,9 +18,8 @@ import numpy as np
 from msprobe.core.crc import crc32_hex
 from msprobe.core.errors import MsprobeError
 from msprobe.core.grad_probe import stats
-from msprobe.core.grad_probe.writer import GradProbeWriter, StepRecord
-
-log = logging.getLogger("msprobe")
+from msprobe.core.grad_probe.monitor_base import GradientMonitorBase, GradProbeServiceBase, split_flat
+from msprobe.core.grad_probe.writer import StepRecord
 
 
 def _rank() -> int:
@@ -41,19 +39,10 @@ def _parameters(optimizer):
                        f"'parameters'; pass the mindspore.nn.Optimizer that updates the network")
 
 
-class GradientMonitor:
+class GradientMonitor(GradientMonitorBase):
     def __init__(self, cfg, threaded: bool = True):
-        self.level = cfg.grad_level
-        self.bounds = tuple(cfg.bounds)
-        self.param_list = tuple(cfg.param_list)
-        self.steps = frozenset(cfg.step)
-        self.ranks = tuple(cfg.rank)
-        self.dump_path = cfg.dump_path
-        self.threaded = threaded
-        self.step = -1
-        self.rank = 0
+        super().__init__(cfg, threaded)
         self._handles = []
-        self._writer = None
 
     def monitor(self, optimizer) -> None:
         import mindspore as ms
@@ -72,8 +61,7 @@ class GradientMonitor:
         if self.ranks and self.rank not in self.ranks:
             return
         selected = [i for i, n in enumerate(names) if not self.param_list or n in self.param_list]
-        if self._writer is None:
-            self._writer = GradProbeWriter(self.dump_path, self.rank, self.level, self.bounds, threaded=self.threaded)
+        self._open_writer()
 
         def hook(cell, inputs):
             self._pre_step(inputs, names, selected)
@@ -81,24 +69,13 @@ class GradientMonitor:
         self._handles.append(optimizer.register_forward_pre_hook(hook))
 
     def _pre_step(self, inputs, names, selected) -> None:
-        self.step += 1
-        if self.steps and self.step not in self.steps:
-            return
-        try:
-            log.info("grad_probe: optimizer step %d", self.step)
+        def record(step):
             grads = inputs[0] if len(inputs) == 1 and isinstance(inputs[0], (tuple, list)) else inputs
             chosen = [(names[i], grads[i]) for i in selected if i < len(grads) and grads[i] is not None]
-            record = compute_step(self.level, self.bounds, self.step, [n for n, _ in chosen], [g for _, g in chosen])
-            self._writer.submit(record)
-        except Exception as exc:  # noqa: BLE001 - a hook never stops training
-            try:
-                self._writer.errors.record(f"grad_probe step {self.step}", exc)
-            except Exception:  # noqa: BLE001
-                pass
+            self._writer.submit(compute_step(self.level, self.bounds, step, [n for n, _ in chosen],
+                                             [g for _, g in chosen]))
 
-    def wait(self) -> None:
-        if self._writer is not None:
-            self._writer.wait()
+        self._next_step(record)
 
     def end(self) -> None:
         for h in self._handles:
@@ -107,8 +84,7 @@ class GradientMonitor:
             except Exception:  # noqa: BLE001
                 pass
         self._handles = []
-        if self._writer is not None:
-            self._writer.close()
+        self._close_writer()
 
 
 def compute_step(level, bounds, step, names, grads) -> StepRecord:
@@ -173,35 +149,12 @@ def _to_host(flat) -> List[np.ndarray]:
     if not flat:
         return []
     host = ops.cat(flat).asnumpy()
-    out, start = [], 0
-    for t in flat:
-        n = int(t.size)
-        out.append(host[start:start + n])
-        start += n
-    return out
+    return split_flat(host, [int(t.size) for t in flat])
 
 
-class GradProbeService:
-    """PrecisionDebugger's ``service`` for task grad_probe (start/stop/step: nothing to do in PyNative)."""
+class GradProbeService(GradProbeServiceBase):
+    """PrecisionDebugger's ``service`` for task grad_probe (start/stop/step: nothing to do in PyNative);
+    ``monitor(optimizer)`` attaches the probe."""
 
     def __init__(self, cfg):
-        self.config = cfg
-        self.monitor_ = GradientMonitor(cfg)
-
-    def monitor(self, optimizer) -> None:
-        self.monitor_.monitor(optimizer)
-
-    def start(self, model=None) -> None:
-        pass
-
-    def stop(self) -> None:
-        self.monitor_.wait()
-
-    def step(self) -> None:
-        pass
-
-    def set_init_step(self, step) -> None:
-        pass
-
-    def end(self) -> None:
-        self.monitor_.end()
+        super().__init__(cfg, GradientMonitor(cfg))

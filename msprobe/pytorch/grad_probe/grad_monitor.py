@@ -21,7 +21,8 @@ import numpy as np
 from msprobe.core.crc import crc32_hex
 from msprobe.core.errors import MsprobeError
 from msprobe.core.grad_probe import stats
-from msprobe.core.grad_probe.writer import GradProbeWriter, StepRecord
+from msprobe.core.grad_probe.monitor_base import GradientMonitorBase, GradProbeServiceBase, split_flat
+from msprobe.core.grad_probe.writer import StepRecord
 
 log = logging.getLogger("msprobe")
 
@@ -37,24 +38,15 @@ def _rank() -> tuple:
     return 0, False
 
 
-class GradientMonitor:
+class GradientMonitor(GradientMonitorBase):
     """The grad_probe recorder of one process (created by PrecisionDebugger for task grad_probe)."""
 
     def __init__(self, cfg, threaded: bool = True):
-        self.level = cfg.grad_level
-        self.bounds = tuple(cfg.bounds)
-        self.param_list = tuple(cfg.param_list)
-        self.steps = frozenset(cfg.step)
-        self.ranks = tuple(cfg.rank)
-        self.dump_path = cfg.dump_path
-        self.threaded = threaded
-        self.step = -1
+        super().__init__(cfg, threaded)
         self._params: Dict[object, str] = {}     # parameter -> name (insertion order = CSV order)
         self._handle = None
-        self._writer = None
         self._none_logged = set()
         self._bounds_cache = {}
-        self.rank = 0
 
     # ------------------------------------------------------------------ attach
     def monitor(self, model) -> None:
@@ -86,22 +78,11 @@ class GradientMonitor:
         if self._handle is None:
             from torch.optim.optimizer import register_optimizer_step_pre_hook
             self._handle = register_optimizer_step_pre_hook(self._pre_step)
-        if self._writer is None:
-            self._writer = GradProbeWriter(self.dump_path, self.rank, self.level, self.bounds, threaded=self.threaded)
+        self._open_writer()
 
     # ------------------------------------------------------------------ per optimizer step
     def _pre_step(self, optimizer, args, kwargs):
-        self.step += 1
-        if self.steps and self.step not in self.steps:
-            return None
-        try:
-            log.info("grad_probe: optimizer step %d", self.step)
-            self._record(self.step)
-        except Exception as exc:  # noqa: BLE001 - a hook never stops training
-            try:
-                self._writer.errors.record(f"grad_probe step {self.step}", exc)
-            except Exception:  # noqa: BLE001
-                pass
+        self._next_step(self._record)
         return None
 
     def _bounds_tensor(self, device):
@@ -143,16 +124,11 @@ class GradientMonitor:
         return _to_host(flat_tensors)
 
     # ------------------------------------------------------------------ lifecycle
-    def wait(self) -> None:
-        if self._writer is not None:
-            self._writer.wait()
-
     def end(self) -> None:
         if self._handle is not None:
             self._handle.remove()
             self._handle = None
-        if self._writer is not None:
-            self._writer.close()
+        self._close_writer()
 
 
 def compute_step(level, bounds, step, names, shapes, grads, bounds_tensor=None) -> StepRecord:
@@ -214,36 +190,11 @@ def _to_host(flat_tensors) -> List[np.ndarray]:
     if all(t.device.type == "cpu" for t in flat_tensors):
         return [t.contiguous().numpy() for t in flat_tensors]
     host = torch.cat([t.to(flat_tensors[0].device) for t in flat_tensors]).cpu().numpy()
-    out, start = [], 0
-    for t in flat_tensors:
-        n = t.numel()
-        out.append(host[start:start + n])
-        start += n
-    return out
+    return split_flat(host, [t.numel() for t in flat_tensors])
 
 
-class GradProbeService:
-    """What PrecisionDebugger holds as ``service`` for task grad_probe: start/stop/step do nothing (the
-    reference creates no dump service for it); ``monitor(model)`` attaches the probe."""
+class GradProbeService(GradProbeServiceBase):
+    """PrecisionDebugger's ``service`` for task grad_probe: ``monitor(model)`` attaches the probe."""
 
     def __init__(self, cfg):
-        self.config = cfg
-        self.monitor_ = GradientMonitor(cfg)
-
-    def monitor(self, model) -> None:
-        self.monitor_.monitor(model)
-
-    def start(self, model=None) -> None:
-        pass
-
-    def stop(self) -> None:
-        self.monitor_.wait()
-
-    def step(self) -> None:
-        pass
-
-    def set_init_step(self, step) -> None:
-        pass
-
-    def end(self) -> None:
-        self.monitor_.end()
+        super().__init__(cfg, GradientMonitor(cfg))
