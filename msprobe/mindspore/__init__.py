@@ -1,15 +1,16 @@
 """MindSpore side of msprobe.
 
 Importing this package does not import mindspore (``msprobe -f mindspore code_mapping`` works without
-it). ``from msprobe.mindspore import PrecisionDebugger`` (or ``seed_all``) imports MindSpore; where
+it). ``from msprobe.mindspore import PrecisionDebugger`` (or ``seed_all``, ``TrainerMon``) imports MindSpore; where
 MindSpore is not installed it raises one ImportError line saying how to install it.
 """
 import importlib.util
 
 from msprobe.core.errors import MsprobeError
 
-__all__ = ["PrecisionDebugger", "seed_all"]
-_LAZY = {"PrecisionDebugger": "msprobe.mindspore.debugger", "seed_all": "msprobe.mindspore.debugger"}
+__all__ = ["PrecisionDebugger", "seed_all", "TrainerMon"]
+_LAZY = {"PrecisionDebugger": "msprobe.mindspore.debugger", "seed_all": "msprobe.mindspore.debugger",
+         "TrainerMon": "msprobe.mindspore.monitor.trainer"}
 
 
 class MindSporeMissingError(MsprobeError, ImportError):
