@@ -51,11 +51,15 @@ class StatPlan:
             return ms.Tensor(np.full((self.k,), np.nan), ms.float64)
         flat = t.reshape(-1)
         out = []
+        nan = None
+        if "min" in self._cols or "max" in self._cols:
+            # a NaN makes min and max NaN (as numpy and torch.aminmax), whatever the device's kernel does
+            nan = ops.isnan(flat).any()
         for op in self.ops:
             if op == "min":
-                out.append(flat.min())
+                out.append(ops.select(nan, ms.Tensor(float("nan"), flat.dtype), flat.min()))
             elif op == "max":
-                out.append(flat.max())
+                out.append(ops.select(nan, ms.Tensor(float("nan"), flat.dtype), flat.max()))
             elif op == "norm":
                 out.append((flat * flat).sum())
             elif op == "mean":
