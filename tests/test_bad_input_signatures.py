@@ -650,3 +650,87 @@ def test_run_ut_unhashable_dtype_or_type(tmp_path, capsys, monkeypatch, where):
                    capsys, monkeypatch, tmp_path)
     assert "Traceback" not in text and "internal error" not in text, text
     assert rc == 0, text
+
+
+# ---------------------------------------------- grad_compare and csv2tensorboard (tools/fuzz.py's new scenarios)
+
+
+def _grad_dumps(tmp_path: Path):
+    """Two grad_probe L1 dumps (rank0, 2 steps, 2 parameters) in the layout grad_probe writes."""
+    from msprobe.core.grad_probe import stats
+
+    names, shapes = ["fc.weight", "fc.bias"], [(2, 3), (2,)]
+    rng = np.random.default_rng(0)
+    for run_name in ("a", "b"):
+        rank = tmp_path / run_name / "rank0"
+        for step in range(2):
+            grads = [rng.standard_normal(s) for s in shapes]
+            numbers = np.array([[g.max(), g.min(), np.linalg.norm(g)] for g in grads])
+            (rank / f"step{step}").mkdir(parents=True)
+            (rank / f"grad_summary_{step}.csv").write_bytes(
+                stats.csv_bytes(stats.summary_rows("L1", [], names, shapes, numbers)))
+            for n, g in zip(names, grads):
+                np.save(rank / f"step{step}" / f"{n}.npy", g > 0)
+    return tmp_path / "a", tmp_path / "b"
+
+
+@pytest.mark.parametrize("damage", ["latin-1", "directory"])
+def test_grad_compare_summary_csv_unreadable(tmp_path, capsys, monkeypatch, damage):
+    """Fuzzer signatures grad_compare:internal:UnicodeDecodeError:core/grad_probe/stats.py and
+    IsADirectoryError:core/grad_probe/stats.py:read_summary (a grad_summary csv in another encoding, or a folder
+    in its place): one line naming the file."""
+    a, b = _grad_dumps(tmp_path)
+    csv_path = a / "rank0" / "grad_summary_0.csv"
+    if damage == "latin-1":
+        csv_path.write_bytes(csv_path.read_bytes()[3:].decode("utf-8").replace("fc.bias", "fc.bi\u00e9s").encode("latin-1"))
+    elif damage == "directory":
+        csv_path.unlink()
+        csv_path.mkdir()
+    rc, text = run(["grad_compare", "-d1", a, "-d2", b, "-o", tmp_path / "out", "--no_plots"], capsys, monkeypatch, tmp_path)
+    assert_clean(rc, text, csv_path)
+
+
+def test_grad_compare_parameter_named_twice(tmp_path, capsys, monkeypatch):
+    """Fuzzer signature grad_compare:internal:ValueError:core/grad_probe/grad_compare.py:find_divergence (a
+    grad_summary csv naming a parameter twice gave that parameter two similarities a step: "inhomogeneous shape")."""
+    a, b = _grad_dumps(tmp_path)
+    csv_path = a / "rank0" / "grad_summary_0.csv"
+    lines = csv_path.read_bytes().split(b"\r\n")
+    csv_path.write_bytes(b"\r\n".join(lines[:2] + lines[1:]))
+    rc, text = run(["grad_compare", "-d1", a, "-d2", b, "-o", tmp_path / "out", "--no_plots"], capsys, monkeypatch, tmp_path)
+    assert_clean(rc, text, csv_path, "'fc.weight' twice")
+
+
+def _monitor_folder(tmp_path: Path) -> Path:
+    d = tmp_path / "monitor_output" / "Nov25_14-04-10-rank0-abc"
+    d.mkdir(parents=True)
+    rows = ["vpp_stage,name,step,micro_step,norm,max,shape,dtype"]
+    rows += [f'0,fc.output,{s},0,{s + 1.5},{s},"[2, 3]",torch.float32' for s in range(3)]
+    (d / "actv_0-2.csv").write_text("\n".join(rows) + "\n")
+    return d
+
+
+@pytest.mark.parametrize("damage", ["latin-1", "directory", "no_step_column", "step_not_a_number",
+                                    "step_beyond_int64"])
+def test_csv2tensorboard_damaged_csv(tmp_path, capsys, monkeypatch, damage):
+    """Fuzzer signatures csv2tensorboard:internal:UnicodeDecodeError / IsADirectoryError / ValueError in
+    core/monitor/csv2tb.py:read_type (a CSV in another encoding, a folder in its place, a header without
+    ``step``, a step cell that is not an integer; and, found reading that code, a step beyond int64): one line
+    naming the file."""
+    pytest.importorskip("tensorboard")
+    d = _monitor_folder(tmp_path)
+    p = d / "actv_0-2.csv"
+    text = p.read_text()
+    if damage == "latin-1":
+        p.write_bytes(text.replace("fc.output", "fc.\u00e9").encode("latin-1"))
+    elif damage == "directory":
+        p.unlink()
+        p.mkdir()
+    elif damage == "no_step_column":
+        p.write_text(text.replace(",step,", ",stp,", 1))
+    elif damage == "step_not_a_number":
+        p.write_text(text.replace("0,fc.output,1,", "0,fc.output,x,", 1))
+    else:
+        p.write_text(text.replace("0,fc.output,1,", "0,fc.output,99999999999999999999999,", 1))
+    rc, out = run(["csv2tensorboard", "-d", d.parent, "-o", tmp_path / "tb"], capsys, monkeypatch, tmp_path)
+    assert_clean(rc, out, p)

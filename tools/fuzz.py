@@ -221,6 +221,52 @@ def mutate_file(path: Path, rnd: random.Random) -> str:
     return what
 
 
+def mutate_csv(data: bytes, rnd: random.Random) -> bytes:
+    """One structural change of a CSV file: a cell replaced by an odd value, a column dropped from the header
+    or from one row, a row duplicated, the header renamed."""
+    import csv as _csv
+    import io
+
+    try:
+        rows = list(_csv.reader(io.StringIO(data.decode("utf-8-sig"))))
+    except (UnicodeDecodeError, _csv.Error):
+        return data
+    if not rows:
+        return data
+    i = rnd.randrange(len(rows))
+    op = rnd.choice(("cell", "cell", "cell", "drop_col", "short_row", "dup_row", "header"))
+    if op == "cell" and rows[i]:
+        rows[i][rnd.randrange(len(rows[i]))] = rnd.choice(("", "nan", "inf", "-inf", "1e999", "x", "-1", "1.5",
+                                                           "9" * 40, "[1, 2]", "[-1]", "[]", "\u4e2d", "=1+1", "None"))
+    elif op == "drop_col" and rows[0]:
+        j = rnd.randrange(len(rows[0]))
+        rows = [r[:j] + r[j + 1:] for r in rows]
+    elif op == "short_row" and rows[i]:
+        rows[i] = rows[i][:-1]
+    elif op == "dup_row":
+        rows.insert(i, list(rows[i]))
+    elif op == "header" and rows[0]:
+        rows[0][rnd.randrange(len(rows[0]))] = rnd.choice(("", "step", "name", "param_name", "x"))
+    buf = io.StringIO()
+    _csv.writer(buf).writerows(rows)
+    return buf.getvalue().encode("utf-8")
+
+
+_MADE: dict = {}   # small valid inputs made once per worker process (config_check packs, checkpoints, grad dumps)
+_TRAIN_SH = """#!/bin/bash
+LR=0.0001
+GPT_ARGS="
+    --num-layers 24 \\
+    --seq-length 4096 \\
+"
+torchrun --nproc_per_node 8 pretrain_gpt.py $GPT_ARGS \\
+    --lr $LR \\
+    --use-flash-attn \\
+    --micro-batch-size 1
+"""
+_TRAIN_YAML = "model:\n  hidden_size: 1024\n  num_layers: 24\ntraining:\n  lr: 0.0001\n  seed: 1234\n"
+
+
 # ------------------------------------------------------------------------------------------- scenarios
 
 
@@ -417,6 +463,208 @@ def make_scenarios(fx: Path) -> List[Scenario]:
         argv = ["api_precision_compare", "-npu", str(pair[0]), "-gpu", str(pair[1]), "-o", str(ws / "out")]
         return argv, pair
 
+    # ---- config_check, parse, grad_compare, csv2tensorboard: small valid inputs made once per worker (_MADE),
+    # written fresh for every input, then mutated like the fixture files
+    def config_packs() -> Dict[str, Dict[str, bytes]]:
+        if "packs" not in _MADE:
+            from msprobe.core.config_check import pack as P
+            from msprobe.core.config_check.checker import base_entries
+
+            src = Path(tempfile.mkdtemp(prefix="msprobe-fuzz-made-"))
+            try:
+                (src / "train.sh").write_text(_TRAIN_SH)
+                (src / "config.yaml").write_text(_TRAIN_YAML)
+                base = base_entries([str(src / "train.sh"), str(src / "config.yaml")])
+            finally:
+                shutil.rmtree(src, ignore_errors=True)
+            packs = {}
+            for side, scale in (("bench", 1.0), ("cmp", 1.01)):
+                entries = dict(base)
+                for step in range(2):
+                    for rank in range(2):
+                        entries[P.weights_entry(step, rank)] = P.to_json(
+                            {f"{k}.weight": {"max": 1.5 * scale, "min": -1.0, "mean": 0.01 * (step + 1), "norm": 3.0 + rank}
+                             for k in ("fc1", "fc2")})
+                        entries[P.dataset_entry(step, rank)] = P.to_json(
+                            {"args": {"0": {"max": 2.0, "min": -2.0, "mean": 0.1 * rank * scale, "norm": 5.0}}, "kwargs": {}})
+                        entries[P.random_entry(rank, step if step else None)] = P.to_json(
+                            {"torch.rand": [{"count": 1 + step, "stack": ["train.py:12 main", "train.py:40 <module>"]}]})
+                if side == "cmp":
+                    entries[P.ENV] = P.to_json({"NCCL_DETERMINISTIC": "1", "HCCL_DETERMINISTIC": "true"})
+                packs[side] = entries
+            _MADE["packs"] = packs
+        return _MADE["packs"]
+
+    def write_pack(path: Path, entries: Dict[str, bytes], rnd: random.Random) -> None:
+        """The pack zip, with one of its entries mutated, removed, or an odd entry added (sometimes)."""
+        import zipfile
+
+        entries = dict(entries)
+        r = rnd.random()
+        name = rnd.choice(sorted(entries))
+        if r < 0.6:
+            entries[name] = mutate_bytes(entries[name], rnd, "json" if name != "pip" else "bin")[0]
+        elif r < 0.7:
+            del entries[name]
+        elif r < 0.8:
+            entries[rnd.choice(("../escape.json", "/abs.json", "weights/step0/rank0", "weights/stepx/rank0/weight.json",
+                                "random/rank99999999999999999999.json", "dataset/step0/rank0/dataset.json/x"))] = b"{}"
+        with zipfile.ZipFile(path, "w", rnd.choice((zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED))) as zf:
+            for k, v in entries.items():
+                zf.writestr(k, v)
+
+    def config_check_compare(ws: Path, rnd: random.Random):
+        packs = config_packs()
+        b, c = ws / "bench.zip", ws / "cmp.zip"
+        write_pack(b, packs["bench"], rnd)
+        write_pack(c, packs["cmp"] if rnd.random() < .8 else packs["bench"], rnd)
+        argv = rnd.choice((["-f", "pytorch"], ["-f", "mindspore"], [])) + ["config_check", "-c", str(b), str(c),
+                                                                           "-o", str(ws / "out")]
+        return argv, ([b, c] if rnd.random() < 0.3 else [])   # mostly the entries' mutations alone
+
+    def config_check_pack(ws: Path, rnd: random.Random):
+        sh, yml = ws / "train.sh", ws / "config.yaml"
+        sh.write_text(_TRAIN_SH)
+        yml.write_text(_TRAIN_YAML)
+        scripts = rnd.sample([str(sh), str(yml)], rnd.randrange(1, 3))
+        argv = ["config_check", "-d"] + scripts + ["-o", str(ws / "out" / "pack.zip")]
+        return argv, [sh, yml, sh, yml]
+
+    def config_check_ckpt(ws: Path, rnd: random.Random):
+        if "ckpt" not in _MADE:
+            import io
+            import torch
+
+            torch.manual_seed(1)
+            qkv, proj, norm = torch.randn(8, 4), torch.randn(4, 6), torch.ones(4)
+            made = {}
+            for r in range(2):
+                model = {"decoder.layers.0.self_attention.linear_qkv.weight": qkv.chunk(2, 0)[r],
+                         "decoder.layers.0.self_attention.linear_proj.weight": proj.chunk(2, 1)[r],
+                         "decoder.layers.0.input_layernorm.weight": norm}
+                buf = io.BytesIO()
+                torch.save({"model": model, "args": argparse.Namespace(tensor_model_parallel_size=2,
+                                                                        pipeline_model_parallel_size=1),
+                            "iteration": 5}, buf)
+                made[f"iter_0000005/mp_rank_{r:02d}/model_optim_rng.pt"] = buf.getvalue()
+            made["latest_checkpointed_iteration.txt"] = b"5"
+            _MADE["ckpt"] = made
+        dirs = []
+        (ws / "out").mkdir()
+        for side in ("a", "b"):
+            for rel, data in _MADE["ckpt"].items():
+                p = ws / side / rel
+                p.parent.mkdir(parents=True, exist_ok=True)
+                p.write_bytes(data)
+            dirs.append(ws / side)
+        argv = ["config_check", "-c", str(dirs[0]), str(dirs[1]), "-o", str(ws / "out" / "ckpt_similarity.json")]
+        return argv, _files(dirs[0]) + _files(dirs[1], "*.pt")
+
+    def parse(ws: Path, rnd: random.Random):
+        import numpy as np
+
+        sub = rnd.choice(("pt", "cn", "cn", "pk", "dc"))
+        if sub == "pk":
+            case = rnd.choice(dump_cases)
+            t = _copy(rank_dir(case, "target") / "dump.json", ws / "dump.json")
+            argv = ["parse", "pk", "-f", str(t), "-n", rnd.choice(("Functional", "Functional.linear.0", "Module", ""))]
+            return argv, [t, t]
+        if sub == "dc" or (sub == "pt" and rnd.random() < 0.3):
+            case = rnd.choice([c for c in dump_cases if "tensor" in c and "mindspore" not in c] or dump_cases)
+            pts = _files(rank_dir(case, "target") / "dump_tensor_data", "*.pt") if \
+                (rank_dir(case, "target") / "dump_tensor_data").is_dir() else []
+            if pts:
+                src = rnd.choice(pts)
+                if sub == "dc":
+                    d = ws / "pts"
+                    for p in [src] + _pick(rnd, pts, 3):
+                        _copy(p, d / p.name)
+                    argv = ["parse", "dc", "-n", str(d if rnd.random() < .5 else d / src.name), "-out", str(ws / "out")]
+                    return argv, _files(d)
+                p = _copy(src, ws / "a.pt")
+                return ["parse", "pt", "-n", str(p)], [p, p]
+        g = np.random.default_rng(rnd.randrange(1 << 30))
+        shape = rnd.choice(((4, 8), (3,), (2, 3, 4), (1,), (0,), (40, 40)))
+        dtype = rnd.choice((np.float32, np.float16, np.float64, np.int64, np.bool_))
+        a = (g.standard_normal(shape) * 3).astype(dtype)
+        b = (a.astype(np.float64) + g.standard_normal(shape) * rnd.choice((0, 1e-4, 1))).astype(
+            rnd.choice((dtype, np.float32)))
+        pa, pb = ws / "my.npy", ws / "golden.npy"
+        np.save(pa, a)
+        np.save(pb, b)
+        if sub == "pt":
+            return ["parse", "pt", "-n", str(pa)], [pa, pa]
+        argv = ["parse", "cn", "-m", str(pa), "-g", str(pb)]
+        argv += rnd.sample(["-s", "-p", str(rnd.choice((0, 5, 10**9, -1))), "-al", rnd.choice(("0", "1e-3", "nan", "-1")),
+                            "-rl", rnd.choice(("0.5", "inf", "x"))], rnd.randrange(3))
+        return argv, [pa, pb]
+
+    def grad_dumps():
+        if "grad" not in _MADE:
+            import numpy as np
+            from msprobe.core.grad_probe import stats
+
+            g = np.random.default_rng(0)
+            names, shapes = ["fc1.weight", "fc1.bias", "fc2.weight"], [(4, 8), (4,), (2, 4)]
+            made = {}
+            for run, noise in (("a", 0.0), ("b", 0.5)):
+                for step in range(3):
+                    grads = [g.standard_normal(s) + (noise * step) for s in shapes]
+                    numbers = np.array([[x.max(), x.min(), np.linalg.norm(x)] for x in grads])
+                    rows = stats.summary_rows("L1", [], names, shapes, numbers)
+                    made[f"{run}/rank0/grad_summary_{step}.csv"] = stats.csv_bytes(rows)
+                    for n, x in zip(names, grads):
+                        buf = __import__("io").BytesIO()
+                        np.save(buf, x > 0)
+                        made[f"{run}/rank0/step{step}/{n}.npy"] = buf.getvalue()
+            _MADE["grad"] = made
+        return _MADE["grad"]
+
+    def grad_compare(ws: Path, rnd: random.Random):
+        for rel, data in grad_dumps().items():
+            p = ws / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_bytes(data)
+        rank = rnd.random() < 0.4
+        d1, d2 = (ws / "a" / "rank0", ws / "b" / "rank0") if rank else (ws / "a", ws / "b")
+        argv = ["grad_compare", "-d1", str(d1), "-d2", str(d2), "-o", str(ws / "out")] + \
+            (["--no_plots"] if rnd.random() < 0.8 else [])
+        files = _files(ws / "a") + _files(ws / "b")
+        csvs = [f for f in files if f.suffix == ".csv"]
+        if rnd.random() < 0.4:   # a structural CSV change on top of the byte-level ones
+            p = rnd.choice(csvs)
+            p.write_bytes(mutate_csv(p.read_bytes(), rnd))
+        return argv, _pick(rnd, [f for f in files if f.suffix == ".csv"], 2) + _pick(rnd, files, 4)
+
+    def csv2tensorboard(ws: Path, rnd: random.Random):
+        mon = ws / "monitor_output"
+        ops = ["norm", "min", "max", "zeros", "nans", "mean"]
+        files = []
+        for rank in range(rnd.choice((1, 2))):
+            d = mon / f"Nov25_14-04-1{rank}-rank{rank}-abc{rank}"
+            d.mkdir(parents=True)
+            for kind, micro in (("actv", True), ("grad_reduced", False), ("exp_avg", False)):
+                head = ["vpp_stage", "name", "step"] + (["micro_step"] if micro else []) + ops + ["shape", "dtype"]
+                lines = [",".join(head)]
+                for step in range(3):
+                    for name in ("blocks.0.fc1.output", "blocks.0.fc1.weight"):
+                        for m in range(2 if micro else 1):
+                            vals = [f"{rnd.random() * 10:.6g}" for _ in ops]
+                            lines.append(",".join(["0", name, str(step)] + ([str(m)] if micro else []) + vals +
+                                                  ['"[4, 8]"', "torch.float32"]))
+                p = d / f"{kind}_0-2.csv"
+                p.write_text("\n".join(lines) + "\n")
+                files.append(p)
+        if rnd.random() < 0.4:
+            p = rnd.choice(files)
+            p.write_bytes(mutate_csv(p.read_bytes(), rnd))
+        argv = ["csv2tensorboard", "-d", str(mon), "-o", str(ws / "out")]
+        if rnd.random() < 0.3:
+            argv += ["--types", rnd.choice(("actv", "grad_reduced,exp_avg", "other", "actv,,x"))]
+        if rnd.random() < 0.2:
+            argv += [rnd.choice(("--time_start", "--time_end")), rnd.choice(("Nov25_14-04-10", "Nov25_14-04-11", "bad", ""))]
+        return argv, files + _pick(rnd, files, 2)
+
     if dump_cases:
         out += [Scenario("compare_file", "compare", compare_file, 6), Scenario("compare_stepdir", "compare", compare_stepdir, 2),
                 Scenario("compare_json", "compare", compare_json, 2), Scenario("compare_mapping", "compare", compare_mapping, 1),
@@ -430,6 +678,13 @@ def make_scenarios(fx: Path) -> List[Scenario]:
         out.append(Scenario("merge_result", "merge_result", merge, 2))
     if (fx / "mindspore_ir").is_dir():
         out += [Scenario("code_mapping", "code_mapping", code_mapping, 1), Scenario("kernel_compare", "compare", kernel, 1)]
+    out += [Scenario("config_check_compare", "config_check", config_check_compare, 2),
+            Scenario("config_check_pack", "config_check", config_check_pack, 1),
+            Scenario("config_check_ckpt", "config_check", config_check_ckpt, 1),
+            Scenario("grad_compare", "grad_compare", grad_compare, 2),
+            Scenario("csv2tensorboard", "csv2tensorboard", csv2tensorboard, 2)]
+    if dump_cases:
+        out.append(Scenario("parse", "parse", parse, 2))
     return out
 
 

@@ -18,6 +18,7 @@ more than 0.03 from one compared step to the next.  Framework-free; inputs are n
 """
 from __future__ import annotations
 
+import csv
 import logging
 import os
 from dataclasses import dataclass, field
@@ -96,10 +97,21 @@ def _param_order(path1: str, path2: str) -> List[str]:
         raise _fail(f"no matched grad_summary.csv for comparison in {path1} and {path2}, please dump data in same "
                     f"configuration")
     csv_path = os.path.join(path1, found[0][1])
-    rows = stats.read_summary(csv_path)
+    try:
+        rows = stats.read_summary(csv_path)
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
+        raise _fail(f"cannot read {csv_path} ({why}); it is not a grad_summary csv written by grad_probe: "
+                    f"dump the run again") from None
     if not rows or not rows[0] or rows[0][0] not in stats.NAME_COLUMNS:
         raise _fail(f"{csv_path} is not a grad_summary csv (its first column is not param_name)")
-    return [r[0] for r in rows[1:] if r]
+    order = [r[0] for r in rows[1:] if r]
+    seen = set()
+    for name in order:
+        if name in seen:
+            raise _fail(f"{csv_path} names the parameter {name!r} twice; the file is damaged: dump the run again")
+        seen.add(name)
+    return order
 
 
 def _load_direction(path: str) -> np.ndarray:

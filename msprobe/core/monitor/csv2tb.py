@@ -75,26 +75,49 @@ def read_type(folder, data_type) -> dict:
                    key=lambda f: int(_CSV.match(f).group(2)))
     for f in files:
         path = os.path.join(folder, f)
-        with open(path, newline="", encoding="utf-8") as fh:
-            rows = csv.reader(fh)
-            header = next(rows, None)
-            if not header or header[:2] != ["vpp_stage", "name"]:
-                raise MsprobeError(f"{path}: not a monitor CSV (its header does not start with vpp_stage,name)")
-            i_step = header.index("step")
-            i_micro = header.index("micro_step") if "micro_step" in header else None
-            ops = [(j, h) for j, h in enumerate(header) if h in NUMERIC_OPS]
-            for r in rows:
-                if len(r) != len(header):
-                    raise MsprobeError(f"{path}: a row has {len(r)} cells, the header {len(header)}")
-                name = f"vp{r[0]}:{r[1]}"
-                if i_micro is not None:
-                    name += f":micro{r[i_micro]}"
-                step = int(r[i_step])
-                if (name, step) in seen:
-                    raise MsprobeError(f"{path}: duplicated step({step}) of {name}")
-                seen.add((name, step))
-                steps.setdefault(step, []).extend((f"{name}/{op}", _num(r[j])) for j, op in ops)
+        try:
+            with open(path, newline="", encoding="utf-8") as fh:
+                _read_file(path, fh, steps, seen)
+        except (OSError, UnicodeDecodeError, csv.Error) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
+            raise MsprobeError(f"{path}: cannot be read as a monitor CSV ({why}); give the monitor's own output "
+                               f"folder") from None
     return steps
+
+
+def _step_cell(path, value) -> int:
+    """A step cell: an integer within TensorBoard's int64."""
+    try:
+        v = int(value)
+    except ValueError:
+        v = None
+    if v is None or not -(1 << 63) <= v < 1 << 63:
+        raise MsprobeError(f"{path}: step {value[:50]!r} is not an integer; the file is damaged: give the "
+                           f"monitor's own output")
+    return v
+
+
+def _read_file(path, fh, steps: dict, seen: set) -> None:
+    rows = csv.reader(fh)
+    header = next(rows, None)
+    if not header or header[:2] != ["vpp_stage", "name"]:
+        raise MsprobeError(f"{path}: not a monitor CSV (its header does not start with vpp_stage,name)")
+    if "step" not in header:
+        raise MsprobeError(f"{path}: not a monitor CSV (its header has no step column)")
+    i_step = header.index("step")
+    i_micro = header.index("micro_step") if "micro_step" in header else None
+    ops = [(j, h) for j, h in enumerate(header) if h in NUMERIC_OPS]
+    for r in rows:
+        if len(r) != len(header):
+            raise MsprobeError(f"{path}: a row has {len(r)} cells, the header {len(header)}")
+        name = f"vp{r[0]}:{r[1]}"
+        if i_micro is not None:
+            name += f":micro{r[i_micro]}"
+        step = _step_cell(path, r[i_step])
+        if (name, step) in seen:
+            raise MsprobeError(f"{path}: duplicated step({step}) of {name}")
+        seen.add((name, step))
+        steps.setdefault(step, []).extend((f"{name}/{op}", _num(r[j])) for j, op in ops)
 
 
 def csv2tensorboard_by_step(monitor_path, time_start=None, time_end=None, process_num=1, data_type_list=None,
