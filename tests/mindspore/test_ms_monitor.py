@@ -67,13 +67,13 @@ def build_net():
     return MLP()
 
 
-def train(out, config=None, steps=STEPS, spike=None, capture=None, setup=None):
+def train(out, config=None, steps=STEPS, spike=None, capture=None, setup=None, make_opt=None, moments="moment1"):
     """Train; returns (losses, monitor).  ``spike``: step at which the gradient of SPIKED is multiplied by 100."""
     ms = _ms()
     from mindspore import nn, ops
     ms.set_seed(0)
     net = build_net()
-    opt = nn.Adam(net.trainable_params(), learning_rate=1e-2)
+    opt = (make_opt or (lambda ps: nn.Adam(ps, learning_rate=1e-2)))(net.trainable_params())
     mon = None
     old = os.environ.get("MONITOR_OUTPUT_DIR")
     os.environ["MONITOR_OUTPUT_DIR"] = str(out)
@@ -102,7 +102,7 @@ def train(out, config=None, steps=STEPS, spike=None, capture=None, setup=None):
                 grads = tuple(g * 100 if n == SPIKED else g for n, g in zip(names, grads))
             if capture is not None:
                 capture[i] = {"x": x.asnumpy().copy(), "grads": {n: g.asnumpy().copy() for n, g in zip(names, grads)},
-                              "m": {n: m.asnumpy().copy() for n, m in zip(names, opt.moment1)}}
+                              "m": {n: m.asnumpy().copy() for n, m in zip(names, getattr(opt, moments))}}
             opt(grads)
             losses.append(float(loss.asnumpy()))
     finally:
@@ -215,6 +215,23 @@ def test_alert_at_the_spiked_step_only(runs):
                                      f", 'norm') at step {SPIKE}, current value ")
     clean = json.loads((runs["tmp"] / "clean" / "anomaly_detected" / "rank0" / "anomaly.json").read_text())
     assert clean == {}
+
+
+@pytest.mark.parametrize("which", ["AdamWeightDecay", "experimental.optim.Adam"])
+def test_moments_of_other_adams(tmp_path, which):
+    from mindspore import nn
+    if which == "AdamWeightDecay":
+        make, attr = (lambda ps: nn.AdamWeightDecay(ps, learning_rate=1e-2)), "moments1"
+    else:
+        from mindspore.experimental.optim import Adam
+        make, attr = (lambda ps: Adam(ps, lr=1e-2)), "exp_avg"
+    capture = {}
+    train(tmp_path / "o", {"mv_distribution": True, "ops": ["norm"]}, steps=3, capture=capture, make_opt=make,
+          moments=attr)
+    path = _rank_dir(tmp_path / "o") / "exp_avg_2-2.csv"
+    m = capture[2]["m"]["fc2.weight"].astype(np.float64)
+    assert np.linalg.norm(m) > 0
+    assert _value(path, "fc2.weight", 2, "norm") == pytest.approx(np.linalg.norm(m), rel=1e-5)
 
 
 def test_device_ops_path_equals_host_path():
