@@ -734,3 +734,29 @@ def test_csv2tensorboard_damaged_csv(tmp_path, capsys, monkeypatch, damage):
         p.write_text(text.replace("0,fc.output,1,", "0,fc.output,99999999999999999999999,", 1))
     rc, out = run(["csv2tensorboard", "-d", d.parent, "-o", tmp_path / "tb"], capsys, monkeypatch, tmp_path)
     assert_clean(rc, out, p)
+
+
+@pytest.mark.parametrize("damage", ["huge_header", "pickled"])
+def test_grad_compare_direction_file_checked_before_loading(tmp_path, capsys, monkeypatch, damage):
+    """Seen in the grad_compare fuzz scenario: a direction .npy whose damaged header claims 10,000,000,000
+    float32 made numpy try to allocate 37 GiB ("Unable to allocate ..."), and an object array answered with numpy's
+    advice to load it with allow_pickle.  Both are refused from the header now, before numpy reads the data."""
+    a, b = _grad_dumps(tmp_path)
+    victim = b / "rank0" / "step1" / "fc.weight.npy"
+    if damage == "huge_header":
+        head = "{'descr': '<f4', 'fortran_order': False, 'shape': (10000000000,), }"
+        head = head + " " * (118 - len(head)) + "\n"
+        victim.write_bytes(b"\x93NUMPY\x01\x00" + len(head).to_bytes(2, "little") + head.encode() + b"\0" * 64)
+    else:
+        np.save(victim, np.array([{"x": 1}, None], dtype=object), allow_pickle=True)
+    real_load = np.load
+
+    def guarded_load(path, *args, **kwargs):
+        assert os.fspath(path) != str(victim), "np.load called on the damaged file"
+        return real_load(path, *args, **kwargs)
+
+    monkeypatch.setattr(np, "load", guarded_load)
+    rc, text = run(["grad_compare", "-d1", a, "-d2", b, "-o", tmp_path / "out", "--no_plots"], capsys, monkeypatch, tmp_path)
+    line = assert_clean(rc, text, victim, "dump the run again")
+    assert ("10 GiB limit" if damage == "huge_header" else "pickled") in line
+    assert "allow_pickle" not in line

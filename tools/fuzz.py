@@ -580,7 +580,7 @@ def make_scenarios(fx: Path) -> List[Scenario]:
                     for p in [src] + _pick(rnd, pts, 3):
                         _copy(p, d / p.name)
                     argv = ["parse", "dc", "-n", str(d if rnd.random() < .5 else d / src.name), "-out", str(ws / "out")]
-                    return argv, _files(d)
+                    return argv, _files(d) + [d / src.name] * 2
                 p = _copy(src, ws / "a.pt")
                 return ["parse", "pt", "-n", str(p)], [p, p]
         g = np.random.default_rng(rnd.randrange(1 << 30))
@@ -595,8 +595,10 @@ def make_scenarios(fx: Path) -> List[Scenario]:
         if sub == "pt":
             return ["parse", "pt", "-n", str(pa)], [pa, pa]
         argv = ["parse", "cn", "-m", str(pa), "-g", str(pb)]
-        argv += rnd.sample(["-s", "-p", str(rnd.choice((0, 5, 10**9, -1))), "-al", rnd.choice(("0", "1e-3", "nan", "-1")),
-                            "-rl", rnd.choice(("0.5", "inf", "x"))], rnd.randrange(3))
+        for opt in rnd.sample([["-s"], ["-p", str(rnd.choice((0, 5, 10**9, -1)))],
+                               ["-al", rnd.choice(("0", "1e-3", "nan", "-1", "1e308"))],
+                               ["-rl", rnd.choice(("0.5", "inf", "x", "0"))]], rnd.randrange(3)):
+            argv += opt
         return argv, [pa, pb]
 
     def grad_dumps():

@@ -115,10 +115,16 @@ def _param_order(path1: str, path2: str) -> List[str]:
 
 
 def _load_direction(path: str) -> np.ndarray:
+    from msprobe.core.io.tensors import TensorReadError, load_npy
+
     try:
-        arr = np.load(path, allow_pickle=False)
+        # the header is checked before any data is read: a damaged header claiming a huge shape is refused
+        # without allocating it, pickled (object) arrays are never loaded
+        arr = load_npy(path)
+    except TensorReadError as exc:
+        raise _fail(f"cannot read the direction file {path}: {exc.reason}; dump the run again") from None
     except Exception as exc:  # noqa: BLE001 - a damaged file: one line
-        raise _fail(f"cannot read the direction file {path}: {exc}") from None
+        raise _fail(f"cannot read the direction file {path}: {type(exc).__name__}: {exc}; dump the run again") from None
     if arr.dtype != np.bool_:
         raise _fail(f"tensor type is not bool: {path} holds {arr.dtype}; direction files are written at grad_level "
                     f"L1/L2")
