@@ -271,6 +271,10 @@ def test_step_interval_installs_nothing_off_steps(tmp_path):
     rank = _rank_dir(tmp_path / "o")
     assert sorted({r[2] for r in _rows(rank / "actv_0-9.csv")[1:]}) == ["0", "2", "4"]
     assert sorted({r[2] for r in _rows(rank / "grad_reduced_0-9.csv")[1:]}) == ["0", "2", "4"]
+    # backward hooks removed after step 0 and installed again fire again at steps 2 and 4
+    grads = _rows(rank / "actv_grad_0-9.csv")[1:]
+    assert sorted({r[2] for r in grads}) == ["0", "2", "4"]
+    assert sum(r[1] == "fc2.input" for r in grads) == 3
     # after a step, the next step's hooks: none before an odd step
     assert [(s, inst) for s, inst, _ in seen] == [(1, False), (2, True), (3, False), (4, True), (5, False)]
     assert all(n == 0 for s, inst, n in seen if not inst)

@@ -10,8 +10,8 @@ float64.  An empty tensor gives NaN for every op.  The input is taken through ``
 enters a gradient graph.
 
 On the CPU there is no host transfer to save, and each PyNative op costs far more than its arithmetic on
-small tensors (about ten ops a tensor made a step of a 2-layer MLP with every switch on about 10x slower): there the tensor is read with
-``asnumpy`` and reduced with numpy at once, into the same raw vector
+small tensors (about ten ops a tensor made a step of a 2-layer MLP with every switch on about 10x slower):
+there the tensor is read with ``asnumpy`` and reduced with numpy at once, into the same raw vector
 (``host=True``; the default where the device target is CPU).
 """
 
