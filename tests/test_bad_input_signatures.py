@@ -760,3 +760,55 @@ def test_grad_compare_direction_file_checked_before_loading(tmp_path, capsys, mo
     line = assert_clean(rc, text, victim, "dump the run again")
     assert ("10 GiB limit" if damage == "huge_header" else "pickled") in line
     assert "allow_pickle" not in line
+
+
+# ------------------------------------------------------------------- config_check (tools/fuzz.py's new scenarios)
+
+
+def test_config_check_pack_entries_clash(tmp_path, capsys, monkeypatch):
+    """Seen in the config_check_compare fuzz scenario: a pack holding both ``weights/step0/rank0`` (a file) and
+    ``weights/step0/rank0/weight.json`` failed extracting with "cannot write result.xlsx in OUT: File exists",
+    blaming the output.  Now one line naming the pack and the entry, and nothing is left in OUT."""
+    from msprobe.core.config_check import pack as P
+
+    entries = {P.ENV: P.to_json({"A": "1"}), P.PIP: b"numpy=2.0\n",
+               P.weights_entry(0, 0): P.to_json({"fc.weight": {"max": 1.0, "min": 0.0, "mean": 0.5, "norm": 2.0}})}
+    bench, cmp = tmp_path / "bench.zip", tmp_path / "cmp.zip"
+    P.build_zip(str(bench), entries)
+    P.build_zip(str(cmp), dict(entries, **{"weights/step0/rank0": b"{}"}))
+    out = tmp_path / "out"
+    rc, text = run(["config_check", "-c", bench, cmp, "-o", out], capsys, monkeypatch, tmp_path)
+    assert_clean(rc, text, cmp, "'weights/step0/rank0'", "clashes")
+    assert not out.exists() or not os.listdir(out)
+
+
+def test_config_check_checkpoint_shard_missing(tmp_path, capsys, monkeypatch):
+    """Seen in the config_check_ckpt fuzz scenario: with ``mp_rank_01/model_optim_rng.pt`` a folder (or gone) in
+    a tensor_model_parallel_size 2 checkpoint, the remaining shard was compared as the whole parameter (shape
+    warnings, a similarity file written).  Now one line naming the missing shard."""
+    torch = pytest.importorskip("torch")
+    import argparse
+
+    def ckpt(root: Path, drop_second: bool):
+        torch.manual_seed(0)
+        qkv = torch.randn(8, 4)
+        for r in range(2):
+            d = root / "iter_0000005" / f"mp_rank_{r:02d}"
+            d.mkdir(parents=True)
+            if r == 1 and drop_second:
+                (d / "model_optim_rng.pt").mkdir()
+                continue
+            torch.save({"model": {"decoder.layers.0.self_attention.linear_qkv.weight": qkv.chunk(2, 0)[r]},
+                        "args": argparse.Namespace(tensor_model_parallel_size=2, pipeline_model_parallel_size=1),
+                        "iteration": 5}, d / "model_optim_rng.pt")
+        (root / "latest_checkpointed_iteration.txt").write_text("5")
+        return root
+
+    a, b = ckpt(tmp_path / "a", True), ckpt(tmp_path / "b", False)
+    out = tmp_path / "sim.json"
+    rc, text = run(["config_check", "-c", a, b, "-o", out], capsys, monkeypatch, tmp_path)
+    assert_clean(rc, text, "tensor_model_parallel_size 2", "the shard of tp 1 is missing")
+    assert not out.exists()
+    rc, text = run(["config_check", "-c", b, b, "-o", out], capsys, monkeypatch, tmp_path)
+    assert rc == 0, text
+    assert json.loads(out.read_text())["decoder.layers.0.self_attention.linear_qkv.weight"]["shape"] == [8, 4]

@@ -158,6 +158,12 @@ def load_megatron(path: str, load: Loader) -> Dict[str, np.ndarray]:
     files = rank_dirs(path)
     first_weights, args = load(files[min(files)])
     tp_size = max(k[0] for k in files) + 1
+    tp_args = _arg(args, "tensor_model_parallel_size", 0)
+    if isinstance(tp_args, int) and tp_args > tp_size:
+        # a shard folder whose model_optim_rng.pt is missing (or not a file) past the last one found: merging
+        # the others would give parameters of the wrong shape
+        raise MsprobeError(f"{path}: the checkpoint's arguments say tensor_model_parallel_size {tp_args} but "
+                           f"{CKPT_FILE} is found for tp 0..{tp_size - 1} only; the shard of tp {tp_size} is missing")
     pp_size = int(_arg(args, "pipeline_model_parallel_size", 0) or 0)
     ep_size = int(_arg(args, "expert_model_parallel_size", 0) or 0)
     seconds = max(k[1] for k in files) + 1 if any(k[1] >= 0 for k in files) else 1

@@ -42,8 +42,14 @@ def _extract(pack: P.Pack, final_dir: str) -> None:
     try:
         for name, data in pack.entries.items():
             target = os.path.join(tmp, *name.split("/"))
-            os.makedirs(os.path.dirname(target), mode=0o750, exist_ok=True)
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o640)
+            try:
+                os.makedirs(os.path.dirname(target), mode=0o750, exist_ok=True)
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o640)
+            except (FileExistsError, NotADirectoryError, IsADirectoryError):
+                # two entries where one is a file and the other a folder of the same name (a/b and a/b/c):
+                # no pack config_check writes holds that
+                raise MsprobeError(f"pack {pack.path}: its entry {name!r} clashes with another entry of the same "
+                                   f"name used as a folder; the pack is damaged: collect it again") from None
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
         os.chmod(tmp, 0o750)
