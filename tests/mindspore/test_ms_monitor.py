@@ -340,3 +340,37 @@ def test_graph_mode_is_refused_in_one_line(tmp_path, monkeypatch):
     finally:
         ms.set_context(mode=ms.PYNATIVE_MODE)
     assert "\n" not in str(exc.value) and "PyNative" in str(exc.value) and "GRAPH_MODE" in str(exc.value)
+
+
+def test_keyword_tensors_are_inputs_too(tmp_path, monkeypatch):
+    ms = _ms()
+    from mindspore import nn, ops
+    from msprobe.mindspore import TrainerMon
+
+    class Scale(nn.Cell):
+        def construct(self, x, scale=None):
+            return x * scale
+
+    class Net(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Dense(3, 2)
+            self.scale = Scale()
+
+        def construct(self, x):
+            return self.scale(self.fc(x), scale=ms.Tensor(np.full((2,), 3.0, np.float32)))
+
+    net = Net()
+    opt = nn.Adam(net.trainable_params())
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"xy_distribution": True, "forward_only": True, "format": "api", "ops": ["max"]}))
+    monkeypatch.setenv("MONITOR_OUTPUT_DIR", str(tmp_path / "o"))
+    mon = TrainerMon(str(cfg))
+    mon.set_monitor(net, optimizer=opt)
+    grad_fn = ms.value_and_grad(lambda x: ops.sum(net(x)), None, opt.parameters)
+    _, grads = grad_fn(ms.Tensor(np.ones((4, 3), np.float32)))
+    opt(grads)
+    actv, _ = mon.generate_xy_metrics()
+    assert actv["0:scale.input_1:0/rank0/actv"]["max"] == 3.0 and actv["0:scale.input_1:0/rank0/actv"]["shape"] == [2]
+    assert actv["0:scale.input_0:0/rank0/actv"]["shape"] == [4, 2]
+    mon.remove()

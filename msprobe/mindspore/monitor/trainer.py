@@ -119,7 +119,7 @@ class TrainerMon:
         self.format = cfg["format"]
         self.detector = AnomalyDetector(cfg["alert"]["rules"], tuple(self.numeric_ops))
         self.process_group = process_group
-        self.params_have_main_grad = bool(params_have_main_grad)
+        self.params_have_main_grad = bool(params_have_main_grad)   # accepted; the gradients are the optimizer's input
         self.output_base = check_output_dir(os.environ.get("MONITOR_OUTPUT_DIR", "./monitor_output"))
         self.rank = int(_comm("get_rank", 0))
         self.world = int(_comm("get_group_size", 1))
@@ -286,7 +286,7 @@ class TrainerMon:
                 for cell, name, vpp in self.modules:
                     ctx = {"name": name, "vpp": vpp, "fwd": 0, "bwd": 0}
                     if fwd:
-                        self._handles.append(cell.register_forward_hook(self._fwd_hook(ctx)))
+                        self._handles.append(cell.register_forward_hook(self._fwd_hook(ctx), with_kwargs=True))
                     if bwd:
                         self._handles.append(cell.register_backward_hook(self._bwd_hook(ctx)))
         except Exception as exc:   # noqa: BLE001
@@ -369,13 +369,13 @@ class TrainerMon:
                       len(self._cur.vecs), t)
 
     def _fwd_hook(self, ctx):
-        def hook(cell, inputs, output):
+        def hook(cell, inputs, kwargs, output):
             if not self._on:
                 return None
             try:
                 micro = ctx["fwd"] % self.grad_acc_steps
                 ctx["fwd"] += 1
-                self._io("actv", ctx, "input", _tensors(inputs), micro)
+                self._io("actv", ctx, "input", _tensors(inputs) + _tensors(kwargs), micro)
                 self._io("actv", ctx, "output", _tensors(output), micro)
             except Exception as exc:   # noqa: BLE001
                 self._fail(f"monitor.forward.{ctx['name']}", exc)
