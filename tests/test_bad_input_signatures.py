@@ -812,3 +812,34 @@ def test_config_check_checkpoint_shard_missing(tmp_path, capsys, monkeypatch):
     rc, text = run(["config_check", "-c", b, b, "-o", out], capsys, monkeypatch, tmp_path)
     assert rc == 0, text
     assert json.loads(out.read_text())["decoder.layers.0.self_attention.linear_qkv.weight"]["shape"] == [8, 4]
+
+
+def test_config_check_pack_damaged_deflate_stream(tmp_path, capsys, monkeypatch):
+    """Fuzzer signature config_check:internal:error:core/config_check/pack.py:read_pack (a flipped byte inside
+    an entry's deflate stream: zlib.error "invalid distance too far back" out of ZipFile.read)."""
+    import zipfile
+    import zlib
+
+    from msprobe.core.config_check import pack as P
+
+    env = P.to_json({f"VAR_{i}": "value " * (i % 7) for i in range(200)})
+    good = tmp_path / "good.zip"
+    with zipfile.ZipFile(good, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr(P.ENV, env)
+        zf.writestr(P.PIP, b"numpy=2.0\n")
+    data = good.read_bytes()
+    with zipfile.ZipFile(good) as zf:
+        info = zf.getinfo(P.ENV)
+    start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
+    bad = tmp_path / "bad.zip"
+    for i in range(start, start + info.compress_size):  # the first byte flip that zlib itself refuses
+        damaged = bytearray(data)
+        damaged[i] ^= 0x55
+        try:
+            zlib.decompress(bytes(damaged[start:start + info.compress_size]), -15)
+        except zlib.error:
+            bad.write_bytes(bytes(damaged))
+            break
+    assert bad.exists()
+    rc, text = run(["config_check", "-c", bad, good, "-o", tmp_path / "out"], capsys, monkeypatch, tmp_path)
+    assert_clean(rc, text, bad, "cannot be read as a zip")

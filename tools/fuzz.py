@@ -5,7 +5,9 @@
 
 Each input ``i`` is fully determined by ``(seed, i)``: a scenario (a command with its arguments:
 compare on statistics / md5 / tensor / step-dir / compare.json / mapping yaml / MindSpore kernel dumps,
-graph build and compare, merge_result, op_generate, code_mapping, and the dump's config.json loader), a
+graph build and compare, merge_result, op_generate, code_mapping, nan_analyze, api_precision_compare, run_ut,
+the dump's config.json loader; config_check -c / -d / checkpoints, parse pt / cn / pk / dc, grad_compare and
+csv2tensorboard on small valid inputs made once per worker), a
 fresh copy of the scenario's input files in a temporary folder, and one to three mutations of one or more
 of them (truncation, byte flips, a wrong type, a missing key, NaN / huge numbers, a value nested 1,000
 deep, a 100,000-character string, another encoding, a directory or nothing in place of a file, garbage

@@ -25,6 +25,7 @@ import os
 import posixpath
 import re
 import zipfile
+import zlib
 from typing import Dict, Iterable, Optional
 
 from msprobe.core.errors import MsprobeError
@@ -238,7 +239,7 @@ def read_pack(path: str, what: str = "pack") -> Pack:
     except MsprobeError:
         raise
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, RuntimeError, ValueError,
-            NotImplementedError) as exc:
+            NotImplementedError, zlib.error) as exc:   # zlib.error: a damaged deflate stream
         raise MsprobeError(f"{what} {path} cannot be read as a zip ({type(exc).__name__}: "
                            f"{str(exc).splitlines()[0][:200] if str(exc) else ''}); collect the pack again") from None
     if not any(n.split("/")[0] in TOP_LEVEL for n in entries):
