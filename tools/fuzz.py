@@ -568,8 +568,29 @@ def make_scenarios(fx: Path) -> List[Scenario]:
         sub = rnd.choice(("pt", "cn", "cn", "pk", "dc"))
         if sub == "pk":
             case = rnd.choice(dump_cases)
-            t = _copy(rank_dir(case, "target") / "dump.json", ws / "dump.json")
-            argv = ["parse", "pk", "-f", str(t), "-n", rnd.choice(("Functional", "Functional.linear.0", "Module", ""))]
+            if rnd.random() < 0.3:   # a legacy .pkl dump: JSON lines [name, id, 0, dtype, shape, [max, min, mean]]
+                lines = []
+                for k in range(6):
+                    name = rnd.choice(("Functional_linear_0_forward", "Functional_relu_0_forward", "Torch_add_1_backward"))
+                    lines.append(json.dumps([f"{name}_input.{k}", k, 0, "torch.float32", [2, k + 1],
+                                             [rnd.random(), -rnd.random(), 0.1, 0.5]]))
+                    lines.append(json.dumps([f"{name}_stack_info", [["train.py", 10 + k, "forward", "y = f(x)"]]]))
+                if rnd.random() < 0.5:
+                    line = json.loads(rnd.choice(lines))
+                    line[rnd.randrange(len(line))] = rnd.choice(_odd_values(rnd))
+                    lines.append(_expand_deep(json.dumps(line)))
+                t = ws / "api_stack_dump.pkl"
+                t.write_text("\n".join(lines) + "\n")
+                api = rnd.choice(("Functional_linear_0_forward", "Functional", "Torch_add", "Functional_relu"))
+            else:
+                t = _copy(rank_dir(case, "target") / "dump.json", ws / "dump.json")
+                if (rank_dir(case, "target") / "stack.json").is_file() and rnd.random() < 0.6:
+                    st = _copy(rank_dir(case, "target") / "stack.json", ws / "stack.json")
+                    api = rnd.choice(("Functional.linear.0", "Functional.conv2d.0", "Module."))
+                    argv = ["parse", "pk", "-f", str(t), "-n", api]
+                    return argv, [t, st, st]
+                api = rnd.choice(("Functional", "Functional.linear.0", "Module", "Functional.conv2d.0.forward"))
+            argv = ["parse", "pk", "-f", str(t), "-n", api]
             return argv, [t, t]
         if sub == "dc" or (sub == "pt" and rnd.random() < 0.3):
             case = rnd.choice([c for c in dump_cases if "tensor" in c and "mindspore" not in c] or dump_cases)
