@@ -499,6 +499,44 @@ def test_xlsx_unknown_compression(tmp_path, capsys, monkeypatch):
     assert_clean(rc, text, victim)
 
 
+def _version_needed(path: Path, version: int) -> None:
+    """Set 'version needed to extract' of every central-directory entry (offset 6) of a zip to ``version``."""
+    data = bytearray(path.read_bytes())
+    cd = bytes(data).find(b"PK\x01\x02")
+    while cd >= 0:
+        data[cd + 6:cd + 8] = version.to_bytes(2, "little")
+        cd = bytes(data).find(b"PK\x01\x02", cd + 4)
+    path.write_bytes(bytes(data))
+
+
+def test_xlsx_unknown_zip_version(tmp_path, capsys, monkeypatch):
+    """merge_result xlsxread.SheetReader: NotImplementedError 'zip file version 25.5' from zipfile.ZipFile itself
+    (a flipped central-directory byte; fuzzer input 2xx,xxx of the 30,000-input run on 0e5e498)."""
+    fx = fixtures_or_skip()
+    src = fx / "multirank_mlp_bf16_stat_mix" / "reference_out" / "v833_compare_stepdir"
+    reports = tmp_path / "reports"
+    shutil.copytree(src, reports)
+    victim = sorted(reports.glob("*.xlsx"))[0]
+    os.chmod(victim, 0o644)
+    _version_needed(victim, 255)
+    y = fx / "multirank_mlp_bf16_stat_mix" / "reference_out" / "_inputs" / "merge_config.yaml"
+    rc, text = run(["merge_result", "-i", reports, "-o", tmp_path / "out", "-config", y], capsys, monkeypatch, tmp_path)
+    assert_clean(rc, text, victim, "not a valid .xlsx")
+
+
+def test_pt_unknown_zip_version(tmp_path):
+    """The torch-free .pt reader: the same damaged zip header is a TensorReadError naming the file."""
+    torch = pytest.importorskip("torch")
+    from msprobe.core.io.tensors import load_tensor
+
+    f = tmp_path / "t.pt"
+    torch.save(torch.arange(6.0), f)
+    _version_needed(f, 255)
+    with pytest.raises(Exception) as info:
+        load_tensor(str(f))
+    assert "t.pt" in str(info.value) and type(info.value).__name__ != "NotImplementedError"
+
+
 def test_ir_reader_on_a_directory(tmp_path):
     """code_mapping parse_ir: IsADirectoryError when the IR path is a directory."""
     from msprobe.core.code_mapping.ir import parse_ir

@@ -152,7 +152,7 @@ def existing_names(zip_path: str) -> Iterable[str]:
     try:
         with zipfile.ZipFile(zip_path) as zf:
             return zf.namelist()
-    except (zipfile.BadZipFile, OSError) as exc:
+    except (zipfile.BadZipFile, OSError, NotImplementedError, ValueError, EOFError) as exc:
         raise MsprobeError(f"output zip {zip_path} exists and is not a readable zip ({exc}); "
                            f"remove it or choose another output_zip_path") from None
 

@@ -556,7 +556,8 @@ def _load_pt_fast(path) -> np.ndarray:
         fobj.seek(0)
         try:
             zf = zipfile.ZipFile(fobj)
-        except zipfile.BadZipFile:
+        except (zipfile.BadZipFile, NotImplementedError, ValueError, EOFError):
+            # (NotImplementedError: a damaged header asking for a zip version or method zipfile lacks)
             if magic.startswith(b"PK"):
                 raise TensorReadError(path, "corrupt or truncated zip archive") from None
             if magic[:1] == b"\x80" or _looks_like_tar(fobj):

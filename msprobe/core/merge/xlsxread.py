@@ -190,9 +190,10 @@ class SheetReader:
         self.path = path
         try:
             self.zf = zipfile.ZipFile(path)
-        except zipfile.BadZipFile:
+        except (zipfile.BadZipFile, NotImplementedError, ValueError, EOFError):
+            # (NotImplementedError: a damaged header asking for a zip version or method zipfile lacks)
             raise MsprobeError(f"{path} is not a valid .xlsx file (not a zip archive: damaged or truncated); "
-                               "regenerate it with msprobe compare or move it out of the input directory")
+                               "regenerate it with msprobe compare or move it out of the input directory") from None
         except OSError as exc:
             raise MsprobeError(f"{path} cannot be read: {exc.strerror}")
         try:
