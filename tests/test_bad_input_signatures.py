@@ -881,3 +881,36 @@ def test_config_check_pack_damaged_deflate_stream(tmp_path, capsys, monkeypatch)
     assert bad.exists()
     rc, text = run(["config_check", "-c", bad, good, "-o", tmp_path / "out"], capsys, monkeypatch, tmp_path)
     assert_clean(rc, text, bad, "cannot be read as a zip")
+
+
+@pytest.mark.parametrize("damage", ["latin-1", "directory", "no_step_column", "step_not_a_number", "vpp_not_a_number",
+                                    "micro_not_a_number", "stat_column_missing_in_second_file"])
+def test_csv2db_damaged_csv(tmp_path, damage):
+    """The csv2tensorboard signatures above, in csv2db's reader of the same CSVs (found reading that code; csv2db
+    is a Python API): UnicodeDecodeError, IsADirectoryError, ValueError ('step' is not in list, int('x')) became
+    one MsprobeError naming the file."""
+    from msprobe.core.errors import MsprobeError
+    from msprobe.core.monitor.csv2db import CSV2DBConfig, csv2db
+
+    d = _monitor_folder(tmp_path)
+    p = d / "actv_0-2.csv"
+    text = p.read_text()
+    if damage == "latin-1":
+        p.write_bytes(text.replace("fc.output", "fc.\u00e9").encode("latin-1"))
+    elif damage == "directory":
+        p.unlink()
+        p.mkdir()
+    elif damage == "no_step_column":
+        p.write_text(text.replace(",step,", ",stp,", 1))
+    elif damage == "step_not_a_number":
+        p.write_text(text.replace("0,fc.output,1,", "0,fc.output,x,", 1))
+    elif damage == "vpp_not_a_number":
+        p.write_text(text.replace("0,fc.output,1,", "v,fc.output,1,", 1))
+    elif damage == "micro_not_a_number":
+        p.write_text(text.replace("0,fc.output,1,0,", "0,fc.output,1,1.5,", 1))
+    else:
+        p = d / "actv_3-5.csv"
+        p.write_text('vpp_stage,name,step,micro_step,max,shape,dtype\n0,fc.output,3,0,1.0,"[2, 3]",torch.float32\n')
+    with pytest.raises(MsprobeError) as err:
+        csv2db(CSV2DBConfig(str(d.parent), output_dirpath=str(tmp_path / "db")))
+    assert str(p) in str(err.value) and "\n" not in str(err.value)

@@ -54,6 +54,18 @@ def _num(s):
         return None
 
 
+def _int(path, value, what) -> int:
+    """An integer cell that SQLite stores (int64)."""
+    try:
+        v = int(value)
+    except ValueError:
+        v = None
+    if v is None or not -(1 << 63) <= v < 1 << 63:
+        raise MsprobeError(f"{path}: {what} {value[:50]!r} is not an integer; the file is damaged: give the "
+                           f"monitor's own output")
+    return v
+
+
 def _read(folder, data_type, ranges=None):
     """(stats, rows): rows = (step, name, vpp, micro, values...) of every {data_type}_{a}-{b}.csv of folder;
     the files' step ranges (a, b) are added to ``ranges``."""
@@ -65,22 +77,34 @@ def _read(folder, data_type, ranges=None):
         path = os.path.join(folder, f)
         if ranges is not None:
             ranges.append((int(m.group(2)), int(m.group(3))))
-        with open(path, newline="", encoding="utf-8") as fh:
-            reader = csv.reader(fh)
-            header = next(reader, None)
-            if not header or header[:2] != ["vpp_stage", "name"]:
-                raise MsprobeError(f"{path}: not a monitor CSV (its header does not start with vpp_stage,name)")
-            cols = [h for h in STAT_ORDER if h in header and h in NUMERIC_OPS]
-            if stats is None:
-                stats = cols
-            idx = [header.index(c) for c in stats]
-            i_step = header.index("step")
-            i_micro = header.index("micro_step") if "micro_step" in header else None
-            for r in reader:
-                if len(r) != len(header):
-                    raise MsprobeError(f"{path}: a row has {len(r)} cells, the header {len(header)}")
-                rows.append((int(r[i_step]), r[1], int(r[0]), int(r[i_micro]) if i_micro is not None else 0,
-                             *[_num(r[j]) for j in idx]))
+        try:
+            with open(path, newline="", encoding="utf-8") as fh:
+                reader = csv.reader(fh)
+                header = next(reader, None)
+                if not header or header[:2] != ["vpp_stage", "name"]:
+                    raise MsprobeError(f"{path}: not a monitor CSV (its header does not start with vpp_stage,name)")
+                if "step" not in header:
+                    raise MsprobeError(f"{path}: not a monitor CSV (its header has no step column)")
+                cols = [h for h in STAT_ORDER if h in header and h in NUMERIC_OPS]
+                if stats is None:
+                    stats = cols
+                missing = [c for c in stats if c not in header]
+                if missing:
+                    raise MsprobeError(f"{path}: its header lacks {', '.join(missing)}, which the other "
+                                       f"{data_type} files hold")
+                idx = [header.index(c) for c in stats]
+                i_step = header.index("step")
+                i_micro = header.index("micro_step") if "micro_step" in header else None
+                for r in reader:
+                    if len(r) != len(header):
+                        raise MsprobeError(f"{path}: a row has {len(r)} cells, the header {len(header)}")
+                    rows.append((_int(path, r[i_step], "step"), r[1], _int(path, r[0], "vpp_stage"),
+                                 _int(path, r[i_micro], "micro_step") if i_micro is not None else 0,
+                                 *[_num(r[j]) for j in idx]))
+        except (OSError, UnicodeDecodeError, csv.Error) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
+            raise MsprobeError(f"{path}: cannot be read as a monitor CSV ({why}); give the monitor's own output "
+                               f"folder") from None
     return stats or [], rows
 
 
