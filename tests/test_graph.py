@@ -438,7 +438,17 @@ def test_split_build_writes_the_same_graph(tmp_path, monkeypatch, child_fails):
     assert a == b
     assert b["node"]["Functional.linear.7.forward"]["output_data"]["Functional.linear.7.forward.output.0"]["Max"] == "nan"
     assert "Module.l3.Linear.parameters_grad" in b["node"]["Module.l3.Linear.backward.0"]["subnodes"]
-    assert not glob.glob("/tmp/msprobe-split-*"), "temporary files left behind"
+    assert not _split_temps(), "temporary files left behind"
+
+
+def _split_temps():
+    """The split formatter's temporary files of this process (msprobe.core.graph.build: in the system temp dir,
+    named with TEMP_PREFIX and this process's temp_tag)."""
+    import tempfile
+
+    from msprobe.core.fileio import TEMP_PREFIX, temp_tag
+
+    return glob.glob(os.path.join(glob.escape(tempfile.gettempdir()), f"{glob.escape(TEMP_PREFIX + temp_tag())}-split-*"))
 
 
 @pytest.mark.parametrize("md5,child_fails", [(False, False), (True, False), (False, True)])
@@ -471,7 +481,7 @@ def test_split_compare_writes_the_same_graph(tmp_path, monkeypatch, md5, child_f
     assert len(rows_a) > 2600 and rows_a == rows_b
     bench = dict((r[0], r) for r in rows_b)["Bench_0_0_Functional.linear.5.forward"]
     assert ("abcd0124" in bench[2]) == md5
-    assert not glob.glob("/tmp/msprobe-split-*"), "temporary files left behind"
+    assert not _split_temps(), "temporary files left behind"
 
 
 def test_non_numeric_statistics_give_na(tmp_path):
