@@ -30,23 +30,9 @@ FIX = FIXTURES / "mindspore_cpu_mix"
 _CACHE = {}
 
 
-def _skip_reason():
-    """Why these tests cannot run in this interpreter (None: MindSpore is installed).
+from ms_skip import requires_mindspore  # noqa: E402 (this folder is on sys.path)
 
-    Decided by the installed distribution, not by find_spec: tests/ is on sys.path under pytest, so
-    find_spec("mindspore") would find this very folder as a namespace package. (That is also why this
-    folder has no __init__.py and no conftest.py: as a package it would shadow the real mindspore.)"""
-    import importlib.metadata
-    try:
-        importlib.metadata.distribution("mindspore")
-    except importlib.metadata.PackageNotFoundError:
-        return (f"mindspore is not installed in this interpreter ({sys.executable}); these tests run in .venv-ms: "
-                "run `make ms-venv`, then `make test-ms`")
-    return None
-
-
-SKIP_REASON = _skip_reason()
-pytestmark = pytest.mark.skipif(SKIP_REASON is not None, reason=SKIP_REASON or "")
+pytestmark = requires_mindspore
 
 
 def run_net(tmp_root, side, level, task, *extra):

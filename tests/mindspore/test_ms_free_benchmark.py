@@ -16,18 +16,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
 
-def _skip_reason():
-    import importlib.metadata
-    try:
-        importlib.metadata.distribution("mindspore")
-    except importlib.metadata.PackageNotFoundError:
-        return (f"mindspore is not installed in this interpreter ({sys.executable}); these tests run in .venv-ms: "
-                "run `make ms-venv`, then `make test-ms`")
-    return None
+from ms_skip import requires_mindspore  # noqa: E402 (this folder is on sys.path)
 
-
-SKIP_REASON = _skip_reason()
-pytestmark = pytest.mark.skipif(SKIP_REASON is not None, reason=SKIP_REASON or "")
+pytestmark = requires_mindspore
 
 
 def _runs(tmp_path, runs):

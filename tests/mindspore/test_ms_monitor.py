@@ -22,18 +22,9 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def _skip_reason():
-    import importlib.metadata
-    try:
-        importlib.metadata.distribution("mindspore")
-    except importlib.metadata.PackageNotFoundError:
-        return (f"mindspore is not installed in this interpreter ({sys.executable}); these tests run in .venv-ms: "
-                "run `make ms-venv`, then `make test-ms`")
-    return None
+from ms_skip import requires_mindspore  # noqa: E402 (this folder is on sys.path)
 
-
-SKIP_REASON = _skip_reason()
-pytestmark = pytest.mark.skipif(SKIP_REASON is not None, reason=SKIP_REASON or "")
+pytestmark = requires_mindspore
 
 STEPS = 10
 SPIKE = 6
