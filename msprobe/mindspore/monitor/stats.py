@@ -21,6 +21,8 @@ import numpy as np
 import mindspore as ms
 from mindspore import ops
 
+from msprobe.core.monitor.trainer_base import finish_stats
+
 _LOW = (ms.float16, ms.bfloat16, ms.float32)
 
 
@@ -117,12 +119,5 @@ class StatPlan:
         return out
 
     def finish(self, raw: np.ndarray, numel: np.ndarray) -> np.ndarray:
-        """Raw values (rows x ops, float64) -> statistics, in place."""
-        c = self._cols
-        with np.errstate(invalid="ignore", divide="ignore"):
-            if "norm" in c:
-                raw[:, c["norm"]] = np.sqrt(raw[:, c["norm"]])
-            for op in ("mean", "zeros"):
-                if op in c:
-                    raw[:, c[op]] = raw[:, c[op]] / numel
-        return raw
+        """Raw values (rows x ops, float64) -> statistics, in place (msprobe.core.monitor.trainer_base)."""
+        return finish_stats(self._cols, raw, numel)

@@ -33,17 +33,18 @@ import numpy as np
 import mindspore as ms
 from mindspore import ops
 
-from msprobe.core.dump.errorlog import ErrorLog
 from msprobe.core.errors import MsprobeError
 from msprobe.core.monitor import names as N
-from msprobe.core.monitor.anomaly import YELLOW, RESET, AnomalyDetector
+from msprobe.core.monitor.anomaly import AnomalyDetector
 from msprobe.core.monitor.config import check_output_dir, load_config
-from msprobe.core.monitor.writers import CsvWriter, write_anomalies
+from msprobe.core.monitor.trainer_base import (TrainerMonBase, checked_grad_acc_steps, module_target_hits,
+                                               param_target_hits, raise_missing_target, remove_handles,
+                                               tensors_in, vpp_of as _vpp, xy_directions)
+from msprobe.core.monitor.writers import CsvWriter
 from msprobe.mindspore.monitor.stats import StatPlan
 
 log = logging.getLogger("msprobe")
 
-MAX_ALERT_LINES = 20
 # Adam-like optimizers' first/second moments, by attribute name (a ParameterTuple in parameter order)
 MOMENT_ATTRS = (("moment1", "moment2"), ("moments1", "moments2"), ("exp_avg", "exp_avg_sq"))
 # switches of the PyTorch monitor that this adapter does not implement (a warning, then ignored)
@@ -55,13 +56,7 @@ def _is_tensor(x):
 
 
 def _tensors(obj):
-    if _is_tensor(obj):
-        return [obj]
-    if isinstance(obj, (tuple, list)):
-        return [x for x in obj if _is_tensor(x)]
-    if isinstance(obj, dict):
-        return [x for x in obj.values() if _is_tensor(x)]
-    return []
+    return tensors_in(obj, ms.Tensor)
 
 
 def _comm(fn, default, *args):
@@ -96,7 +91,9 @@ class _Step:
         self.meta = []     # row -> (prefix, tag, vpp, micro, call_id, shape, dtype)
 
 
-class TrainerMon:
+class TrainerMon(TrainerMonBase):
+    _ALERT_NAMES_FILE = False
+
     def __init__(self, config_file_path, process_group=None, params_have_main_grad=True):
         self.config_file_path = config_file_path
         cfg = load_config(config_file_path)
@@ -127,28 +124,10 @@ class TrainerMon:
         self.pp_stage = int(_comm("get_rank", 0, process_group)) if process_group is not None else 0
         mates = _comm("get_process_group_ranks", None, process_group) if self.world > 1 else None
         self.group_mates = list(mates) if mates else [self.rank]
-        self.errlog = ErrorLog(self.output_base)
-        self.rank_dir = None
-        self.writer = None
-        self.anomaly_path = None
-        self.anomalies = {}
-        self.step = 0
-        self.collected = 0
-        self.grad_acc_steps = 1
-        self.model = None
-        self.optimizer = None
+        self._init_state(_Step())
         self.opt_names = []       # name (or None: not monitored) per optimizer parameter
-        self.name2param = {}
-        self.duplicate = set()
-        self.modules = []         # (cell, name, vpp)
         self._moments = None
         self._updates = 0         # optimizer calls seen (the moments are meaningful after the first)
-        self._on = False
-        self._installed = False
-        self._handles = []
-        self._opt_handles = []
-        self._cur = _Step()
-        self._last = {}
 
     # ------------------------------------------------------------------------------------------ setup
     def set_monitor(self, model, optimizer=None, grad_acc_steps=1, tp_group=None, dp_group=None,
@@ -157,10 +136,7 @@ class TrainerMon:
         if ms.get_context("mode") != ms.PYNATIVE_MODE:
             raise MsprobeError("TrainerMon (MindSpore) needs PyNative mode: GRAPH_MODE is not supported; call "
                                "mindspore.set_context(mode=mindspore.PYNATIVE_MODE) before set_monitor")
-        if not isinstance(grad_acc_steps, int) or isinstance(grad_acc_steps, bool) or grad_acc_steps < 1:
-            log.warning("msprobe monitor: grad_acc_steps %r is not a positive integer; 1 is used", grad_acc_steps)
-            grad_acc_steps = 1
-        self.grad_acc_steps = grad_acc_steps
+        self.grad_acc_steps = grad_acc_steps = checked_grad_acc_steps(grad_acc_steps)
         chunks = list(model) if isinstance(model, (list, tuple)) else [model]
         if not chunks or not all(isinstance(c, ms.nn.Cell) for c in chunks):
             raise MsprobeError("TrainerMon.set_monitor: model must be a mindspore.nn.Cell or a list of them")
@@ -200,8 +176,7 @@ class TrainerMon:
                     continue
                 all_params.append(pname)
                 sq = N.squash_name(pname, squash)
-                hits = [t for t in targets if pname.startswith(t) or (pre + sq).startswith(t) or
-                        (pre + pname).startswith(t) or sq.startswith(t)]
+                hits = param_target_hits(targets, pre, pname, sq)
                 if not hits:
                     continue
                 matched.update(hits)
@@ -215,19 +190,11 @@ class TrainerMon:
             for mname, cell in chunk.cells_and_names():
                 sq = N.squash_name(mname, squash)
                 all_modules.append(mname)
-                hits = [t for t in targets if t in (mname, sq, pre + mname, pre + sq)]
+                hits = module_target_hits(targets, pre, mname, sq)
                 matched.update(hits)
                 if cfg["xy_distribution"] and (cfg["all_xy"] or hits):
                     self.modules.append((cell, pre + sq, v))
-        missing = [t for t in targets if t not in matched]
-        if missing:
-            t = missing[0]
-            bare = t.split(":", 1)[1] if ":" in t and t.split(":", 1)[0].isdigit() else t
-            close = N.close_names(bare, [m for m in all_modules if m] + all_params)
-            hint = f"; close names: {', '.join(close)}" if close else ""
-            some = ", ".join([m for m in all_modules if m][:8])
-            raise MsprobeError(f"monitor config {self.config_file_path}: targets key {t!r} is neither a module nor a "
-                               f"parameter (prefix) of the model{hint} (modules: {some}, ...)")
+        raise_missing_target(self.config_file_path, targets, matched, all_modules, all_params)
         self.opt_names = [by_id.get(id(p)) for p in _opt_params(optimizer)]
 
     def _find_moments(self, optimizer):
@@ -244,30 +211,11 @@ class TrainerMon:
         return None
 
     def _open_outputs(self):
-        self.rank_dir = os.path.join(self.output_base, N.rank_dir_name(self.rank))
-        if self.config["append_output"]:
-            from msprobe.core.monitor.csv2tb import rank_dirs
-            lo, hi = self.config["append_output"]
-            found = rank_dirs(self.output_base, lo, hi).get(self.rank)
-            if found:
-                self.rank_dir = found
-            else:
-                log.warning("msprobe monitor: append_output %s: no folder of rank %d in that range; a new one is "
-                            "written", self.config["append_output"], self.rank)
-        if self.format != "api" and not os.path.isdir(self.rank_dir):
-            try:
-                os.makedirs(self.rank_dir, mode=0o750, exist_ok=False)
-            except OSError as exc:
-                raise MsprobeError(f"MONITOR_OUTPUT_DIR {self.output_base}: cannot create the rank folder "
-                                   f"({exc.strerror})") from None
-        self.errlog = ErrorLog(self.rank_dir)
+        self._open_rank_dir()
         cfg = self.config
         if self.format == "csv":
             self.writer = CsvWriter(self.rank_dir, self.ops, cfg["ndigits"], cfg["step_count_per_record"])
-        if cfg["alert"]["dump"]:
-            adir = os.path.join(self.output_base, "anomaly_detected", f"rank{self.rank}")
-            self.anomaly_path = os.path.join(adir, "anomaly.json")
-            write_anomalies(self.anomaly_path, {})
+        self._open_anomaly_file()
 
     # ------------------------------------------------------------------------------------------ stepping
     def _collecting(self, step):
@@ -280,9 +228,7 @@ class TrainerMon:
         cfg = self.config
         try:
             if cfg["xy_distribution"]:
-                fwd, bwd = not cfg["backward_only"], not cfg["forward_only"]
-                if cfg["forward_only"] and cfg["backward_only"]:
-                    fwd = bwd = False
+                fwd, bwd = xy_directions(cfg)
                 for cell, name, vpp in self.modules:
                     ctx = {"name": name, "vpp": vpp, "fwd": 0, "bwd": 0}
                     if fwd:
@@ -292,15 +238,6 @@ class TrainerMon:
         except Exception as exc:   # noqa: BLE001
             self._fail("monitor.install", exc)
         self._installed = True
-
-    def _uninstall(self):
-        for h in self._handles:
-            try:
-                h.remove()
-            except Exception:   # noqa: BLE001
-                pass
-        self._handles = []
-        self._installed = False
 
     def _fail(self, where, exc):
         self.errlog.record(where, exc)
@@ -331,11 +268,7 @@ class TrainerMon:
                 log.info("Finish monitor")
         self.step += 1
         try:
-            nxt = self._collecting(self.step)
-            if nxt and not self._installed:
-                self._install()
-            elif not nxt and self._installed:
-                self._uninstall()
+            nxt = self._arm(self.step)
         except Exception as exc:   # noqa: BLE001
             self._fail("monitor.next_step", exc)
             nxt = False
@@ -344,22 +277,13 @@ class TrainerMon:
 
     # ------------------------------------------------------------------------------------------ records
     def _add(self, prefix, tag, vpp, micro, call_id, t, vec=None):
-        cur = self._cur
         if _is_tensor(t):
             if vec is None:
                 vec = self.plan(t)
             meta = (prefix, tag, vpp, micro, call_id, [int(d) for d in t.shape], _dtype(t))
         else:
             vec, meta = None, (prefix, tag, vpp, micro, call_id, None, None)
-        row = cur.index.get(tag)
-        if row is None:
-            row = cur.index[tag] = len(cur.vecs)
-            cur.vecs.append(vec)
-            cur.meta.append(meta)
-        else:
-            cur.vecs[row] = vec
-            cur.meta[row] = meta
-        return row
+        return self._put_row(tag, vec, meta)
 
     def _io(self, prefix, ctx, role, tensors, micro):
         many = len(tensors) > 1
@@ -458,67 +382,13 @@ class TrainerMon:
         meta, vals = self._gather()
         if not meta:
             return
-        step = self.step
-        prefixes = np.array([m[0] for m in meta])
-        tags = [m[1] for m in meta]
-        self._last = {"meta": meta, "vals": vals}
-        if self.writer is not None:
-            for prefix in dict.fromkeys(prefixes.tolist()):
-                rows = np.nonzero(prefixes == prefix)[0].tolist()
-                self.writer.write(prefix, step, [tags[r] for r in rows], vals[rows],
-                                  [meta[r][5] for r in rows], [meta[r][6] for r in rows],
-                                  vpp=[meta[r][2] for r in rows], micro=[meta[r][3] for r in rows])
-        if self.detector.enabled:
-            self._report(self.detector.check(tags, vals, step, call_ids=[m[4] for m in meta]))
-
-    def _report(self, found):
-        if not found:
-            return
-        for a in found[:MAX_ALERT_LINES]:
-            log.warning("%s%s%s", YELLOW, a.console(), RESET)
-        if len(found) > MAX_ALERT_LINES:
-            log.warning("%s> ... and %d more anomalies at step %d%s", YELLOW, len(found) - MAX_ALERT_LINES,
-                        found[0].step, RESET)
-        if self.anomaly_path:
-            for a in found:
-                key, rec = a.record(self.rank, self.pp_stage, self.group_mates)
-                self.anomalies[key] = rec
-            write_anomalies(self.anomaly_path, self.anomalies)
-            log.info("anomaly.json is at %s.", os.path.dirname(self.anomaly_path))
-
-    # ------------------------------------------------------------------------------------------ api format
-    def _metrics(self, prefixes):
-        if self._cur.vecs:
-            meta, vals = self._gather()
-        else:
-            meta, vals = self._last.get("meta", []), self._last.get("vals", np.zeros((0, 0)))
-        out = {}
-        for (prefix, tag, *rest), row in zip(meta, vals):
-            if prefix in prefixes:
-                d = dict(zip(self.numeric_ops, row.tolist()))
-                d["shape"], d["dtype"] = rest[3], rest[4]
-                out[tag] = d
-        return out
-
-    def generate_xy_metrics(self):
-        """(actv, actv_grad) of the current (or last collected) step: {tag: {op: value}}."""
-        return self._metrics(("actv",)), self._metrics(("actv_grad",))
-
-    def generate_wgrad_metrics(self, post_grad_dict=None):
-        """(reduced, unreduced) weight-gradient statistics: {tag: {op: value}}."""
-        return self._metrics(("grad_reduced",)), self._metrics(("grad_unreduced",))
-
-    def generate_mv_metrics(self):
-        return self._metrics(("exp_avg",)), self._metrics(("exp_avg_sq",))
+        tags = self._write_rows(self.step, meta, vals)
+        self._check_anomalies(self.step, meta, tags, vals)
 
     def remove(self):
         """Remove every hook (the network and the optimizer are left as they were)."""
         self._uninstall()
-        for h in self._opt_handles:
-            try:
-                h.remove()
-            except Exception:   # noqa: BLE001
-                pass
+        remove_handles(self._opt_handles)
         self._opt_handles = []
         self._on = False
 
@@ -527,7 +397,3 @@ def _dtype(t):
     """MindSpore's name of the dtype ('Float32'), as the reference's MindSpore monitor writes it."""
     return str(t.dtype)
 
-
-def _vpp(name):
-    head = name.split(":", 1)[0]
-    return int(head) if head.isdigit() else 0

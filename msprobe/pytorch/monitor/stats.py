@@ -15,6 +15,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from msprobe.core.monitor.trainer_base import finish_stats
+
 
 class StatPlan:
     def __init__(self, ops, eps=1e-8):
@@ -67,13 +69,5 @@ class StatPlan:
         return torch.stack(out)     # every part is already of t's dtype
 
     def finish(self, raw: np.ndarray, numel: np.ndarray) -> np.ndarray:
-        """Raw values (rows x ops, float64) -> statistics, in place: sqrt of the sums of squares, sums and
-        counts divided by the element count."""
-        c = self._cols
-        with np.errstate(invalid="ignore", divide="ignore"):
-            if "norm" in c:
-                raw[:, c["norm"]] = np.sqrt(raw[:, c["norm"]])
-            for op in ("mean", "zeros"):
-                if op in c:
-                    raw[:, c[op]] = raw[:, c[op]] / numel
-        return raw
+        """Raw values (rows x ops, float64) -> statistics, in place (msprobe.core.monitor.trainer_base)."""
+        return finish_stats(self._cols, raw, numel)

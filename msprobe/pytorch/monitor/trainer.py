@@ -35,20 +35,20 @@ import weakref
 import numpy as np
 import torch
 
-from msprobe.core.dump.errorlog import ErrorLog
 from msprobe.core.errors import MsprobeError
 from msprobe.core.monitor import names as N
-from msprobe.core.monitor.anomaly import YELLOW, RESET, AnomalyDetector
+from msprobe.core.monitor.anomaly import AnomalyDetector
 from msprobe.core.monitor import heatmap
 from msprobe.core.monitor.config import check_output_dir, load_config
-from msprobe.core.monitor.writers import CsvWriter, TensorBoardWriter, write_anomalies
+from msprobe.core.monitor.trainer_base import (TrainerMonBase, checked_grad_acc_steps, module_target_hits,
+                                               param_target_hits, raise_missing_target, tensors_in,
+                                               vpp_of as _vpp, xy_directions)
+from msprobe.core.monitor.writers import CsvWriter, TensorBoardWriter
 from msprobe.pytorch.monitor import features as FT
 from msprobe.pytorch.monitor.stats import StatPlan
 from msprobe.pytorch.monitor.structure import StackRecorder, StructRecorder
 
 log = logging.getLogger("msprobe")
-
-MAX_ALERT_LINES = 20          # console lines per step; the rest are counted (all are in anomaly.json)
 
 
 def _msg(text):
@@ -61,13 +61,7 @@ def _is_tensor(x):
 
 def _tensors(obj):
     """Tensors of a module's inputs/outputs, in order (tuples, lists and dict values, one level deep)."""
-    if _is_tensor(obj):
-        return [obj]
-    if isinstance(obj, (tuple, list)):
-        return [x for x in obj if _is_tensor(x)]
-    if isinstance(obj, dict):
-        return [x for x in obj.values() if _is_tensor(x)]
-    return []
+    return tensors_in(obj, torch.Tensor)
 
 
 class _Step:
@@ -86,7 +80,7 @@ class _Step:
         self.feats = []    # l2 features: (prefix, tag, micro, 2-vector on the device)
 
 
-class TrainerMon:
+class TrainerMon(TrainerMonBase):
     def __init__(self, config_file_path, process_group=None, params_have_main_grad=True, opt_ty=None):
         if tuple(int(x) for x in torch.__version__.split(".")[:2] if x.isdigit()) < (2, 0):
             raise ValueError("monitor require torch>=2.0")
@@ -122,31 +116,13 @@ class TrainerMon:
                 self.pp_stage = torch.distributed.get_rank(group)
             except Exception:   # noqa: BLE001 - an odd group: keep the defaults
                 pass
-        self.rank_dir = None
-        self.errlog = ErrorLog(self.output_base)
-        self.writer = None
-        self.anomaly_path = None
-        self.anomalies = {}
-        self.step = 0
-        self.collected = 0
-        self.model = None
-        self.optimizer = None
-        self._on = False          # the current step is collected
-        self._installed = False
-        self._handles = []        # module / parameter hooks of a collected step
-        self._opt_handles = []
-        self._cur = _Step()
+        self._init_state(_Step())
         self._pending_none = []   # actv_grad NaN rows of inputs without gradient (written once backward runs)
-        self._last = {}           # api format: the last written step's metrics
         self._failed = False
         self.param2name = {}
-        self.name2param = {}
-        self.duplicate = set()
-        self.modules = []         # (module, name, vpp)
         self.every_module = []    # (module, name) of every module of every chunk
         self._stack = None        # stack_info
         self._struct = None       # print_struct
-        self.grad_acc_steps = 1
         self._groups = (None, None)
         self._heat = {}           # ur_distribution: tag -> histogram columns of the collected steps
         self.l2_modules = {"attention_hook": [], "linear_hook": []}   # (module, name, vpp)
@@ -176,10 +152,7 @@ class TrainerMon:
     def set_monitor(self, model, optimizer=None, grad_acc_steps=1, tp_group=None, dp_group=None,
                     start_iteration=0):
         """Attach to ``model`` (a module or a list of model chunks) and ``optimizer``."""
-        if not isinstance(grad_acc_steps, int) or isinstance(grad_acc_steps, bool) or grad_acc_steps < 1:
-            log.warning("msprobe monitor: grad_acc_steps %r is not a positive integer; 1 is used", grad_acc_steps)
-            grad_acc_steps = 1
-        self.grad_acc_steps = grad_acc_steps
+        self.grad_acc_steps = grad_acc_steps = checked_grad_acc_steps(grad_acc_steps)
         _msg(f"grad acc steps {grad_acc_steps}")
         chunks = list(model) if isinstance(model, (list, tuple)) else [model]
         if not chunks or not all(isinstance(c, torch.nn.Module) for c in chunks):
@@ -252,8 +225,7 @@ class TrainerMon:
                     continue
                 sq = squash_name = N.squash_name(pname, squash)
                 all_params.append(pname)
-                hits = [t for t in targets if pname.startswith(t) or (pre + sq).startswith(t) or
-                        (pre + pname).startswith(t) or sq.startswith(t)]
+                hits = param_target_hits(targets, pre, pname, sq)
                 if not hits:
                     continue
                 matched.update(hits)
@@ -267,22 +239,14 @@ class TrainerMon:
             for mname, mod in chunk.named_modules():
                 sq = N.squash_name(mname, squash)
                 all_modules.append(mname)
-                hits = [t for t in targets if t in (mname, sq, pre + mname, pre + sq)]
+                hits = module_target_hits(targets, pre, mname, sq)
                 matched.update(hits)          # a module name is a valid target whatever is switched on
                 if cfg["xy_distribution"] and (cfg["all_xy"] or hits):
                     self.modules.append((mod, pre + sq, v))
         matched.add("")
         if cfg["recording_l2_features"]:
             self._select_l2(chunks)
-        missing = [t for t in targets if t not in matched]
-        if missing:
-            t = missing[0]
-            bare = t.split(":", 1)[1] if ":" in t and t.split(":", 1)[0].isdigit() else t
-            close = N.close_names(bare, [m for m in all_modules if m] + all_params)
-            hint = f"; close names: {', '.join(close)}" if close else ""
-            some = ", ".join([m for m in all_modules if m][:8])
-            raise MsprobeError(f"monitor config {self.config_file_path}: targets key {t!r} is neither a module nor a "
-                               f"parameter (prefix) of the model{hint} (modules: {some}, ...)")
+        raise_missing_target(self.config_file_path, targets, matched, all_modules, all_params)
 
     def _select_l2(self, chunks):
         squash = self.config["squash_name"]
@@ -315,25 +279,7 @@ class TrainerMon:
                                    f"is not a module of the model{hint}")
 
     def _open_outputs(self):
-        self.rank_dir = os.path.join(self.output_base, N.rank_dir_name(self.rank))
-        if self.config["append_output"]:
-            # continue this rank's folder whose time tag lies in the given closed range (the reference's way)
-            from msprobe.core.monitor.csv2tb import rank_dirs
-            lo, hi = self.config["append_output"]
-            found = rank_dirs(self.output_base, lo, hi).get(self.rank)
-            if found:
-                self.rank_dir = found
-                _msg(f"msprobe monitor: append_output: writing into {found}")
-            else:
-                log.warning("msprobe monitor: append_output %s: no folder of rank %d in that range; a new one is "
-                            "written", self.config["append_output"], self.rank)
-        if self.format != "api" and not os.path.isdir(self.rank_dir):          # api: nothing is written (a failure log would create the folder)
-            try:
-                os.makedirs(self.rank_dir, mode=0o750, exist_ok=False)
-            except OSError as exc:
-                raise MsprobeError(f"MONITOR_OUTPUT_DIR {self.output_base}: cannot create the rank folder "
-                                   f"({exc.strerror})") from None
-        self.errlog = ErrorLog(self.rank_dir)
+        self._open_rank_dir(announce_append=True)
         cfg = self.config
         if self.format == "csv":
             micro = N.MICRO_PREFIXES + (("grad_unreduced",) if cfg["monitor_mbs_grad"] else ())
@@ -341,10 +287,7 @@ class TrainerMon:
         elif self.format == "tensorboard":
             self.writer = TensorBoardWriter(self.rank_dir, self.ops)
             atexit.register(self._close_writer)
-        if cfg["alert"]["dump"]:
-            adir = os.path.join(self.output_base, "anomaly_detected", f"rank{self.rank}")
-            self.anomaly_path = os.path.join(adir, "anomaly.json")
-            write_anomalies(self.anomaly_path, {})
+        self._open_anomaly_file()
 
     def _close_writer(self):
         try:
@@ -364,10 +307,7 @@ class TrainerMon:
         cfg = self.config
         try:
             if cfg["xy_distribution"]:
-                fwd = not cfg["backward_only"]
-                bwd = not cfg["forward_only"]
-                if cfg["forward_only"] and cfg["backward_only"]:
-                    fwd = bwd = False
+                fwd, bwd = xy_directions(cfg)
                 for mod, name, vpp in self.modules:
                     ctx = {"name": name, "vpp": vpp, "fwd": 0, "bwd": 0}
                     if bwd:
@@ -390,15 +330,6 @@ class TrainerMon:
         except Exception as exc:   # noqa: BLE001
             self._fail("monitor.install", exc)
         self._installed = True
-
-    def _uninstall(self):
-        for h in self._handles:
-            try:
-                h.remove()
-            except Exception:   # noqa: BLE001
-                pass
-        self._handles = []
-        self._installed = False
 
     def _fail(self, where, exc):
         self._failed = True
@@ -444,11 +375,7 @@ class TrainerMon:
                 self._dynamic_check()
             if self._struct is not None:
                 self._save_struct()
-            nxt = self._collecting(self.step)
-            if nxt and not self._installed:
-                self._install()
-            elif not nxt and self._installed:
-                self._uninstall()
+            nxt = self._arm(self.step)
         except Exception as exc:   # noqa: BLE001
             self._fail("monitor.next_step", exc)
             nxt = False
@@ -551,15 +478,7 @@ class TrainerMon:
             meta = (prefix, tag, vpp, micro, call_id, list(t.shape), str(t.dtype))
         else:
             vec, meta = None, (prefix, tag, vpp, micro, call_id, None, None)
-        row = cur.index.get(tag)
-        if row is None:
-            row = cur.index[tag] = len(cur.vecs)
-            cur.vecs.append(vec)
-            cur.meta.append(meta)
-        else:
-            cur.vecs[row] = vec
-            cur.meta[row] = meta
-        return row
+        return self._put_row(tag, vec, meta)
 
     def _add_cc(self, tag, t):
         """One communication call's tensor (aggregated per tag at the end of the step)."""
@@ -567,16 +486,7 @@ class TrainerMon:
 
     def _add_vec(self, prefix, tag, vpp, t, vec):
         """A record whose statistics are already known (the same tensor, unchanged, reduced earlier)."""
-        cur = self._cur
-        meta = (prefix, tag, vpp, 0, -1, list(t.shape), str(t.dtype))
-        row = cur.index.get(tag)
-        if row is None:
-            cur.index[tag] = len(cur.vecs)
-            cur.vecs.append(vec)
-            cur.meta.append(meta)
-        else:
-            cur.vecs[row] = vec
-            cur.meta[row] = meta
+        self._put_row(tag, vec, (prefix, tag, vpp, 0, -1, list(t.shape), str(t.dtype)))
 
     def _io(self, prefix, kind, ctx, role, tensors, micro):
         many = len(tensors) > 1
@@ -891,22 +801,12 @@ class TrainerMon:
         if not meta and not self._cur.hists:
             return
         step = self.step
-        prefixes = np.array([m[0] for m in meta])
-        tags = [m[1] for m in meta]
-        self._last = {"meta": meta, "vals": vals}
-        if self.writer is not None:
-            for prefix in dict.fromkeys(prefixes.tolist()):
-                rows = np.nonzero(prefixes == prefix)[0].tolist()
-                self.writer.write(prefix, step, [tags[r] for r in rows], vals[rows],
-                                  [meta[r][5] for r in rows], [meta[r][6] for r in rows],
-                                  vpp=[meta[r][2] for r in rows], micro=[meta[r][3] for r in rows])
-            if self.format == "tensorboard":
-                if self._cur.hists:
-                    self._write_heatmaps(step)
-                self.writer.flush()
-        if self.detector.enabled:
-            found = self.detector.check(tags, vals, step, call_ids=[m[4] for m in meta])
-            self._report(found)
+        tags = self._write_rows(step, meta, vals)
+        if self.writer is not None and self.format == "tensorboard":
+            if self._cur.hists:
+                self._write_heatmaps(step)
+            self.writer.flush()
+        self._check_anomalies(step, meta, tags, vals)
 
     def _write_features(self, step):
         feats, host = self._cur.feats, self._feat_host
@@ -938,47 +838,6 @@ class TrainerMon:
             png, h, w = heatmap.heatmap_png(cols)
             self.writer.image(tag, png, h, w, step)
 
-    def _report(self, found):
-        if not found:
-            return
-        for a in found[:MAX_ALERT_LINES]:
-            log.warning("%s%s%s", YELLOW, a.console(), RESET)
-        if len(found) > MAX_ALERT_LINES:
-            log.warning("%s> ... and %d more anomalies at step %d%s%s", YELLOW, len(found) - MAX_ALERT_LINES,
-                        found[0].step, f" (all in {self.anomaly_path})" if self.anomaly_path else "", RESET)
-        if self.anomaly_path:
-            for a in found:
-                key, rec = a.record(self.rank, self.pp_stage, self.group_mates)
-                self.anomalies[key] = rec
-            write_anomalies(self.anomaly_path, self.anomalies)
-            _msg(f"anomaly.json is at {os.path.dirname(self.anomaly_path)}.")
-
-    # ------------------------------------------------------------------------------------------ api format
-    def _metrics(self, prefixes):
-        """{tag: {op: value}} of the current step's records with a prefix in ``prefixes`` (one transfer)."""
-        if self._cur.vecs:
-            meta, vals = self._gather()
-        else:
-            meta, vals = self._last.get("meta", []), self._last.get("vals", np.zeros((0, 0)))
-        out = {}
-        for (prefix, tag, *_rest), row in zip(meta, vals):
-            if prefix in prefixes:
-                d = dict(zip(self.numeric_ops, row.tolist()))
-                d["shape"], d["dtype"] = _rest[3], _rest[4]
-                out[tag] = d
-        return out
-
-    def generate_xy_metrics(self):
-        """(actv, actv_grad) of the current (or last collected) step: {tag: {op: value}}."""
-        return self._metrics(("actv",)), self._metrics(("actv_grad",))
-
-    def generate_wgrad_metrics(self, post_grad_dict=None):
-        """(reduced, unreduced) weight-gradient statistics: {tag: {op: value}}."""
-        return self._metrics(("grad_reduced",)), self._metrics(("grad_unreduced",))
-
-    def generate_mv_metrics(self):
-        return self._metrics(("exp_avg",)), self._metrics(("exp_avg_sq",))
-
     def remove(self):
         """Remove every hook (the model and optimizer are left as they were)."""
         self._uninstall()
@@ -990,7 +849,3 @@ class TrainerMon:
         self._on = False
         self._close_writer()
 
-
-def _vpp(name):
-    head = name.split(":", 1)[0]
-    return int(head) if head.isdigit() else 0
