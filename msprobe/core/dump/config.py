@@ -46,7 +46,9 @@ TASK_KEYS = {
     "statistics": ("scope", "list", "data_mode", "summary_mode", "tensor_list"),
     # file_format is only used by MindSpore static-graph L2 (PyTorch always writes .pt); backward_input
     # appears in the documented example config: both are accepted and ignored.
-    "tensor": ("scope", "list", "data_mode", "file_format", "backward_input"),
+    "tensor": ("scope", "list", "data_mode", "file_format", "backward_input",
+               # the online pre-check (msprobe.core.acc_check.online.config)
+               "online_run_ut", "nfs_path", "host", "port", "tls_path", "online_run_ut_recompute"),
     "overflow_check": ("overflow_nums", "check_mode"),
     "structure": (),
     "free_benchmark": ("scope", "list", "fuzz_device", "pert_mode", "handler_type", "fuzz_level", "fuzz_stage",
@@ -90,6 +92,7 @@ class DumpConfig:
     grad_level: str = "L1"    # grad_probe: L0 | L1 | L2
     param_list: tuple = ()    # grad_probe: parameter names; () = all
     bounds: tuple = (-1, 0, 1)  # grad_probe: histogram bounds (L2)
+    online: Any = None        # tensor + online_run_ut: msprobe.core.acc_check.online.config.OnlineConfig
 
     # data_mode (spec 2.2): "all" is everything; if neither forward nor backward is named both are
     # implied, and likewise for input/output.
@@ -352,6 +355,9 @@ def _check_section(where: _Where, task: str, section: dict, level: str, framewor
     if task == "grad_probe":
         from msprobe.core.grad_probe.config import check_grad_probe_section
         return check_grad_probe_section(section, where.fail)
+    if task == "tensor" and section.get("online_run_ut"):
+        from msprobe.core.acc_check.online.config import client_config
+        out["online"] = client_config(section, where.fail, where.source)
     if "scope" in section:
         out["scope"] = _check_scope(where, section["scope"], level)
     if "list" in section:
