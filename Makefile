@@ -104,7 +104,7 @@ $(MS_STAMP): setup.py pyproject.toml
 	@rm -f $(MS_STAMP); \
 	links=$$(test -n "$(MS_WHEEL_DIR)" && test -d "$(MS_WHEEL_DIR)" && echo "--find-links $(MS_WHEEL_DIR)"); \
 	if { test -x $(MS_VPY) || $(PY) -m venv $(MS_VENV); } \
-	  && $(MS_VPY) -m pip install -q $$links mindspore==2.10.0 "numpy<2" pytest \
+	  && $(MS_VPY) -m pip install -q $$links mindspore==2.10.0 "numpy<2" pytest openpyxl \
 	  && $(MS_VPY) -m pip install -q -e . \
 	  && $(MS_VPY) -c "import mindspore"; then \
 		touch $(MS_STAMP); \

@@ -50,9 +50,9 @@ setup(
         # zlib-ng: the CRC-32 of the md5 summary and of .pt entries, ~10x faster than zlib (msprobe.core.crc)
         "zlib-ng",
         "pyyaml",
+        # rich: the one console library (live progress of core/progress.py, parse's tables); exactly what the
+        # package imports is declared, tests/test_dependencies.py checks it (openpyxl is for the tests only)
         "rich",
-        "tqdm",
-        "openpyxl",
     ],
     extras_require={
         # A bare `torch` pulls a multi-GB CUDA build from the registry; the 2.13.0 CPU wheel is on local disk.
@@ -61,6 +61,8 @@ setup(
         "mindspore": ["mindspore==2.10.0", "numpy<2"],
         # grad_probe's comparator draws similarities_picture/*.png with it (skipped with a warning without it)
         "plots": ["matplotlib"],
+        # the training monitor's format 'tensorboard' and `msprobe csv2tensorboard` (a clear error without it)
+        "tensorboard": ["tensorboard"],
         # transformers: tests/real_models builds tiny models from configs (no download). torchvision is not listed:
         # its registry wheel is built for CUDA torch and does not load with the 2.13.0 CPU wheel.
         "test": ["pytest", "hypothesis", "pandas", "openpyxl", "tensorboard", "tb-graph-ascend", "transformers>=4.46",
