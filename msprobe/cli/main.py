@@ -30,6 +30,8 @@ COMMANDS = {
     "multi_run_ut": ("msprobe.cli.multi_run_ut", "run_ut spread over several processes / devices (-n)"),
     "acc_check": ("msprobe.cli.acc_check", "the reference's 26.x name of run_ut (framework read from the dump)"),
     "multi_acc_check": ("msprobe.cli.multi_acc_check", "the reference's 26.x name of multi_run_ut"),
+    "run_overflow_check": ("msprobe.cli.run_overflow_check", "re-run the APIs whose dumped output overflowed: normal "
+                                                             "(the CPU benchmark overflows too) or abnormal"),
     "api_precision_compare": ("msprobe.cli.api_precision_compare", "judge a device's run_ut details against a GPU's "
                                                                    "(api_precision_compare_result/details csv)"),
     "code_mapping": ("msprobe.cli.code_mapping", "link MindSpore static-graph dump files to IR nodes, scopes and source lines (.csv)"),

@@ -61,6 +61,15 @@ def make_checker(init: Dict[str, Any], k: int):
     return checker.check
 
 
+def case_spec(name: str, case, propagation: str, mode: str, seed: int) -> Dict:
+    """The runtime's data block of a case (what a generated script holds), for the runtime's calls."""
+    ns = vars(rt)
+    return dict(FULL_NAME=name, API=(case.kind, case.func), PROPAGATION=propagation, STANDARD=standard_of(case.func),
+                DATA_MODE=mode, SEED=seed, ITER_TIMES=1, AUTOCAST=case.autocast,
+                ARGS=runtime_values(case.args, ns), KWARGS=runtime_values(case.kwargs, ns),
+                GRADS=runtime_values(case.grads, ns), RECORDED_OUTPUTS=runtime_values(case.outputs, ns))
+
+
 def _skip(message: str) -> Dict:
     return {"forward": "SKIP", "backward": "SKIP", "message": message, "details": []}
 
@@ -88,12 +97,8 @@ class Checker:
             except MsprobeError:
                 return _skip(f"{exc}. SKIP.")
             with_bwd, bwd_note = False, f"backward not run: {exc}"
-        ns = vars(rt)
         std = standard_of(case.func)
-        spec = dict(FULL_NAME=name, API=(case.kind, case.func), PROPAGATION="both" if with_bwd else "forward",
-                    STANDARD=std, DATA_MODE=mode, SEED=self.seed, ITER_TIMES=1, AUTOCAST=case.autocast,
-                    ARGS=runtime_values(case.args, ns), KWARGS=runtime_values(case.kwargs, ns),
-                    GRADS=runtime_values(case.grads, ns), RECORDED_OUTPUTS=runtime_values(case.outputs, ns))
+        spec = case_spec(name, case, "both" if with_bwd else "forward", mode, self.seed)
         try:
             fn, autocast, bdtype, raise_dtype = rt.setup(spec)
         except (AttributeError, ValueError) as exc:
