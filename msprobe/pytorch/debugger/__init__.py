@@ -44,6 +44,8 @@ class PrecisionDebugger(DebuggerBase):
             from msprobe.pytorch.dump.service import Service
             if cfg.task == "free_benchmark":
                 from msprobe.pytorch.free_benchmark.service import FreeBenchmarkService as Service
+            elif cfg.task == "tensor" and getattr(cfg, "online", None) is not None:   # online run_ut
+                from msprobe.pytorch.acc_check.online_client import OnlineService as Service
             self.service = Service(cfg, npu_module)
         self.model = model
         self.npu_state = state

@@ -1,0 +1,154 @@
+"""The training side of the online pre-check (PyTorch): ``PrecisionDebugger`` with task "tensor" and
+``"online_run_ut": true`` in the tensor block.
+
+Every selected forward API call (level L1 patches; scope/list apply; ``Distributed.*`` is skipped) is captured as
+its inputs (copied before the call: an in-place API changes them) and its output, copied to CPU, and handed to the
+:class:`~msprobe.core.acc_check.online.client.Sender`, which streams it to the checker (``run_ut -config`` with
+``is_online``). Nothing is written into dump_path. The call itself runs exactly as without the tool, and a failure
+of the capture is logged and never reaches the training. The sender ends (STOP, totals in the log) when the last
+configured step has passed, at ``PrecisionDebugger`` end, or at exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+
+import torch
+
+from msprobe.core.acc_check.online.client import Sender
+from msprobe.pytorch.dump.service import Service
+
+log = logging.getLogger("msprobe")
+_TENSOR_TYPES = {torch.nn.Parameter: "torch.nn.parameter.Parameter"}
+
+
+class _Capture:
+    """Turns call values into a dump-style record whose tensor leaves point into a list of raw buffers."""
+
+    def __init__(self, collector):
+        self.col = collector
+        self.tensors = []
+
+    def value(self, v, path, key=None):
+        if isinstance(v, torch.Tensor):
+            t = v.detach()
+            if t.is_sparse or t.is_quantized or t.is_meta or t.is_nested:
+                return None
+            dtype = str(t.dtype)
+            c = t.to("cpu", copy=True).contiguous()
+            self.tensors.append((dtype, list(c.shape), c))
+            return {"type": _TENSOR_TYPES.get(type(v), "torch.Tensor"), "dtype": dtype, "shape": list(c.shape),
+                    "requires_grad": bool(v.requires_grad), "data_name": f"@{len(self.tensors) - 1}"}
+        if isinstance(v, (list, tuple)) and not isinstance(v, torch.Size) and not hasattr(v, "_fields"):
+            return [self.value(x, f"{path}.{i}") for i, x in enumerate(v)]
+        if isinstance(v, dict):
+            return {str(k): self.value(x, f"{path}.{k}", k) for k, x in v.items()}
+        if key is not None:
+            return self.col.kwargs_value(key, v, path, False)
+        return self.col.convert(v, path, False)
+
+
+def _raw(entry):
+    """(dtype, shape, tensor) -> (dtype, shape, bytes view) in the sender thread (no copy)."""
+    dtype, shape, c = entry
+    if c.numel() == 0:
+        return dtype, shape, b""
+    return dtype, shape, c.reshape(-1).view(torch.uint8).numpy().data
+
+
+class OnlineHandler:
+    """``Hooks.api_handler`` of the online mode."""
+
+    def __init__(self, service):
+        self.service = service
+        self.sender = None
+        self.step = 0
+        self.warned = set()
+
+    def begin(self, step, rank):
+        self.step = step
+        if self.sender is None:
+            self.sender = Sender(self.service.cfg.online, rank if rank is not None else 0)
+
+    def __call__(self, name, func, args, kwargs, distributed=False):
+        col = self.service.collector
+        n = col.api_count.get(name, 0)
+        col.api_count[name] = n + 1
+        full = f"{name}.{n}"
+        capture = None
+        if not distributed and self.sender is not None:
+            try:
+                if col.wanted(f"{full}.forward"):
+                    capture = _Capture(col)
+                    rec = {"input_args": [capture.value(a, f"{full}.input.{i}") for i, a in enumerate(args)],
+                           "input_kwargs": {k: capture.value(v, f"{full}.kwargs.{k}", k)
+                                            for k, v in kwargs.items() if k != "device"}}
+            except Exception as exc:  # noqa: BLE001 - never into the training
+                self._warn(full, exc)
+                capture = None
+        elif distributed and "dist" not in self.warned:
+            self.warned.add("dist")
+            log.info("msprobe online run_ut: api %s is not supported, skip", full)
+        out = func(*args, **kwargs)
+        if capture is not None:
+            try:
+                outs = out if isinstance(out, (tuple, list)) and not isinstance(out, torch.Size) else [out]
+                rec["output"] = [capture.value(o, f"{full}.output.{i}") for i, o in enumerate(outs)]
+                raws = [_raw(e) for e in capture.tensors]
+                self.sender.submit(full, self.step, rec, raws)
+            except Exception as exc:  # noqa: BLE001
+                self._warn(full, exc)
+        return out
+
+    def _warn(self, name, exc):
+        key = type(exc).__name__
+        if key not in self.warned:
+            self.warned.add(key)
+            log.warning("msprobe online run_ut: %s not captured: %s: %s (later failures of this kind are silent)",
+                        name, key, exc)
+
+    def close(self):
+        if self.sender is not None:
+            sender, self.sender = self.sender, None
+            return sender.close()
+        return None
+
+
+class OnlineService(Service):
+    """The dump service with every API call sent to the checker instead of recorded (no dump files)."""
+
+    def __init__(self, cfg, npu_module=None):
+        super().__init__(cfg, npu_module)
+        self.online = OnlineHandler(self)
+        self.hooks.api_handler = self.online
+        self.stats = None
+        atexit.register(self._close_at_exit)
+
+    def _open_step(self):
+        self.active_step = self.current_iter    # no step directory: nothing is written into dump_path
+
+    def _mark_recording(self):
+        pass
+
+    def _flush(self):
+        pass
+
+    def _begin(self, model):
+        self.online.begin(self.current_iter, self.rank())
+        super()._begin(model)
+
+    def end(self):
+        was = self.ended
+        super().end()
+        if not was:
+            self.stats = self.online.close()
+
+    def _close_at_exit(self):
+        try:
+            if os.getpid() == self.pid and self.online.sender is not None:
+                self._switch_off()
+                self.stats = self.online.close()
+        except Exception:  # noqa: BLE001 - nothing may fail at exit
+            pass
