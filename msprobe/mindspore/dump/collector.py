@@ -22,6 +22,7 @@ import zlib
 import numpy as np
 
 from msprobe.core.dump import writer as jw
+from msprobe.core.dump.np_stats import fill_stats
 from msprobe.core.dump.records import builtin_record
 from msprobe.core.dump.collector_base import CollectorBase
 
@@ -87,36 +88,7 @@ class Collector(CollectorBase):
                 self.stat_errors.append(exc)
 
     def _stats(self, a, rec):
-        if a.size == 0:
-            return
-        kind = a.dtype.kind
-        if kind == "b":
-            rec["Max"] = bool(a.any())
-            rec["Min"] = bool(a.all())
-            return
-        if a.ndim == 0:
-            v = a.item()
-            if isinstance(v, complex):
-                v = abs(v)
-            v = jw.number(v) if isinstance(v, float) else v
-            rec["Max"] = rec["Min"] = rec["Mean"] = rec["Norm"] = v
-            return
-        if kind == "c":
-            a = np.abs(a)
-        elif kind in "iu" or a.dtype == np.float64 or self.high or a.dtype.itemsize < 2:
-            a = a.astype(np.float32)
-        elif kind != "f":
-            a = a.astype(np.float32)
-        flat = a.reshape(-1)
-        rec["Max"] = jw.number(float(flat.max()))
-        rec["Min"] = jw.number(float(flat.min()))
-        if a.dtype == np.float16:
-            rec["Mean"] = jw.number(float(np.float16(flat.mean(dtype=np.float32))))
-            f32 = flat.astype(np.float32)
-            rec["Norm"] = jw.number(float(np.float16(np.sqrt(np.dot(f32, f32)))))
-        else:
-            rec["Mean"] = jw.number(float(flat.mean()))
-            rec["Norm"] = jw.number(float(np.sqrt(np.dot(flat, flat))))
+        fill_stats(a, rec, self.high)
 
     def tensor_rec(self, t, data_name, save):
         rec = {"type": "mindspore.Tensor", "dtype": str(t.dtype), "shape": list(t.shape),
