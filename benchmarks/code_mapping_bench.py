@@ -33,7 +33,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from refvenv import ref_venv  # noqa: E402
+from refvenv import ref_venv_or_missing  # noqa: E402
 csv.field_size_limit(1 << 30)
 
 OPS = ["MatMul", "BiasAdd", "ReLU", "Add", "Mul", "Softmax", "LayerNorm", "Cast"]
@@ -139,7 +139,8 @@ def main() -> int:
     p.add_argument("--files", type=int, default=20000)
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "cm_bench"))
-    p.add_argument("--ref-python", default=str(ref_venv("venv833") / "bin" / "python"))
+    p.add_argument("--ref-python", default=None,
+                   help="the reference's interpreter (default: venv833 of benchmarks/refvenv.py, built on demand)")
     p.add_argument("--no-reference", action="store_true")
     a = p.parse_args()
     from machine import machine_line
@@ -156,6 +157,8 @@ def main() -> int:
     shutil.rmtree(ours_out, ignore_errors=True)
     results["msprobe"] = timed([str(ROOT / ".venv" / "bin" / "msprobe"), "-f", "mindspore", "code_mapping", "--ir", str(ir),
                                 "--dump_data", str(dump), "--output", str(ours_out)], a.timeout)
+    if not a.no_reference and a.ref_python is None:
+        a.ref_python = str(ref_venv_or_missing("venv833") / "bin" / "python")
     if not a.no_reference and Path(a.ref_python).exists():
         ref_out = work / "out_reference"
         shutil.rmtree(ref_out, ignore_errors=True)

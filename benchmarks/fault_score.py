@@ -4,9 +4,9 @@
                                                [--write benchmarks/fault_score_results.md]
 
 1. builds the reference's scratch venv if it is missing (default ``$MSPROBE_REF_CACHE/venv833``, cache
-   default ``~/.cache/msprobe-ref``, or ``$MSPROBE_REF833``): ``python -m venv``,
-   ``pip install mindstudio-probe==8.3.3`` from PyPI, and a ``.pth`` file that makes this
-   interpreter's torch importable there (the reference needs torch to start);
+   default ``~/.cache/msprobe-ref``, by benchmarks/refvenv.py: ``python -m venv``, ``pip install``
+   mindstudio-probe==8.3.3 and its pins, and a ``.pth`` file that makes this interpreter's torch importable
+   there; a venv named with ``--venv`` or ``$MSPROBE_REF833`` is used as it is);
 2. generates the dump pairs (tests/fault_injection/generate.py) into ``--work`` (default: a temp dir);
 3. runs ``msprobe compare -da`` (ours) and the reference's ``msprobe -f pytorch compare -i compare.json``
    (its advisor writes ``advisor_*.txt``) on every pair;
@@ -48,25 +48,19 @@ def default_venv() -> Path:
 
 
 def ensure_reference(venv: Path) -> Path:
+    """The reference's msprobe in VENV; the cache's venv833 is built on demand by benchmarks/refvenv.py, a venv
+    named with --venv or MSPROBE_REF833 is used as it is."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from refvenv import RefVenvUnavailable, ensure_ref_venv, ref_venv
     exe = venv / "bin" / "msprobe"
     if exe.is_file():
         return exe
-    print(f"building the reference venv in {venv} (mindstudio-probe=={REF_VERSION} from PyPI) ...", flush=True)
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
-                    f"mindstudio-probe=={REF_VERSION}"], check=True)
+    if venv != ref_venv("venv833"):
+        raise SystemExit(f"no reference msprobe at {exe} (a venv named with --venv or MSPROBE_REF833 is not built)")
     try:
-        import torch
-    except ImportError:
-        torch = None
-    if torch is not None:   # reuse this interpreter's torch (appended last: the venv's own packages win)
-        site = subprocess.run([str(venv / "bin" / "python"), "-c",
-                               "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                              check=True, capture_output=True, text=True).stdout.strip()
-        Path(site, "zz_host_torch.pth").write_text(os.path.dirname(os.path.dirname(torch.__file__)) + "\n")
-    else:  # a bare `pip install torch` pulls a multi-GB CUDA build: use an interpreter that has torch
-        raise SystemExit("torch is not importable here: run this script with the project's .venv python")
+        ensure_ref_venv("venv833")
+    except RefVenvUnavailable as exc:
+        raise SystemExit(f"reference venv: {exc}")
     return exe
 
 

@@ -32,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 from machine import machine_line  # noqa: E402
-from refvenv import portable, ref_venv  # noqa: E402
+from refvenv import portable, ref_venv_or_missing  # noqa: E402
 
 RESULTS = HERE / "free_benchmark_results.md"
 CONFIGS = {"improve": {"pert_mode": "improve_precision"},
@@ -130,7 +130,7 @@ def main(argv=None) -> int:
     ref_env = dict(env, PYTHONPATH=str(HERE))
     our_py = ROOT / ".venv" / "bin" / "python"
     our_py = our_py if our_py.exists() else Path(sys.executable)
-    ref_dir = Path(args.ref8) if args.ref8 else ref_venv("venv833", "MSPROBE_REF8")
+    ref_dir = Path(args.ref8) if args.ref8 else ref_venv_or_missing("venv833", "MSPROBE_REF8")
     ref_py = ref_dir / "bin" / "python"
     impls = [("ours", our_py, ours_env, [])]
     if ref_py.exists():

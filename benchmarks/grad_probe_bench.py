@@ -147,11 +147,11 @@ def main(argv=None) -> int:
         return 0
     sys.path.insert(0, str(HERE))
     from machine import machine_line
-    from refvenv import portable, ref_venv
+    from refvenv import portable, ref_venv_or_missing
 
     ours_py = ROOT / ".venv" / "bin" / "python"
     ours_py = ours_py if ours_py.exists() else Path(sys.executable)
-    ref8 = Path(a.ref8) if a.ref8 else ref_venv("venv833", "MSPROBE_REF8")
+    ref8 = Path(a.ref8) if a.ref8 else ref_venv_or_missing("venv833", "MSPROBE_REF8")
     impls = [("ours", ours_py), ("ref8", ref8 / "bin" / "python")]
     everys = [int(e) for e in a.every.split(",")]
     res = {}

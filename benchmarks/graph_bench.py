@@ -46,7 +46,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from machine import machine_line  # noqa: E402
-from refvenv import portable, ref_venv as cached_ref_venv  # noqa: E402
+from refvenv import portable, ref_venv_or_missing as cached_ref_venv  # noqa: E402
 from run_all import _pss_kb, _tree  # noqa: E402  (process-tree walk and Pss of one process)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -240,9 +240,10 @@ def main(argv=None) -> int:
           f"{expected:,} nodes, dump.json {info.get('dump_json_mb')} MB", flush=True)
 
     notes: list = []
-    ref_venv = cached_ref_venv("venv833", "MSPROBE_REF8")
-    ref_exe = ref_venv / "bin" / "msprobe"
     use_ref = not (a.skip_reference or scale)
+    # built on demand (benchmarks/refvenv.py) only when the reference runs
+    ref_venv = cached_ref_venv("venv833", "MSPROBE_REF8") if use_ref else None
+    ref_exe = ref_venv / "bin" / "msprobe" if use_ref else None
     if scale:
         notes.append("scale mode: ours only, build only")
     elif a.skip_reference:

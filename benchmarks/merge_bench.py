@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 from msprobe.core.io.xlsx import write_xlsx  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from refvenv import ref_venv  # noqa: E402
+from refvenv import ref_venv_or_missing  # noqa: E402
 
 HEADER = ["NPU Name", "Bench Name", "NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape",
           "NPU Requires_grad", "Bench Requires_grad", "Max diff", "Min diff", "Mean diff", "L2norm diff",
@@ -203,7 +203,7 @@ def main() -> int:
             times.append(dt)
         print(f"msprobe merge_result [{name}]: best {min(times):.2f} s of {args.repeat} ({', '.join(f'{t:.2f}' for t in times)}); {msg[0] if msg else ''}")
         if args.reference:
-            ref = str(ref_venv("venv833", "MSPROBE_REF8") / "bin" / "msprobe")
+            ref = str(ref_venv_or_missing("venv833", "MSPROBE_REF8") / "bin" / "msprobe")
             out = root / f"out_ref_{name}"
             shutil.rmtree(out, ignore_errors=True)
             dt, msg = timed([ref, "-f", "pytorch", "merge_result", "-i", str(inputs), "-o", str(out),

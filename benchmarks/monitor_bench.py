@@ -40,7 +40,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 from machine import machine_line  # noqa: E402
-from refvenv import portable, ref_venv  # noqa: E402
+from refvenv import portable, ref_venv_or_missing  # noqa: E402
 
 OPS = ["min", "max", "norm", "zeros", "nans", "mean"]
 CONFIGS = {"none": None, "every1": 1, "every10": 10}
@@ -142,7 +142,7 @@ def main(argv=None):
     ours_py = ROOT / ".venv" / "bin" / "python"
     ours_py = ours_py if ours_py.exists() else Path(sys.executable)
     impls = {"ours": (ours_py, [], _env(True))}
-    ref = Path(args.ref8) if args.ref8 else ref_venv("venv833", "MSPROBE_REF8")
+    ref = Path(args.ref8) if args.ref8 else ref_venv_or_missing("venv833", "MSPROBE_REF8")
     notes = []
     if "ref8" in args.impls.split(","):
         if (ref / "bin" / "python").exists():

@@ -22,7 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 WORKER = os.path.join(HERE, "ms_bench_worker.py")
 sys.path.insert(0, HERE)
-from refvenv import ref_venv  # noqa: E402
+from refvenv import ref_venv_or_missing  # noqa: E402
 
 WARMUP = 3
 
@@ -42,13 +42,15 @@ def run(py, impl, level, steps, out, cwd, env):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ours", default=os.path.join(ROOT, ".venv-ms", "bin", "python"))
-    ap.add_argument("--ref", default=str(ref_venv("venv2620ms") / "bin" / "python"),
+    ap.add_argument("--ref", default=None,
                     help="the reference's interpreter (default $MSPROBE_REF_CACHE/venv2620ms/bin/python, cache "
-                         "default ~/.cache/msprobe-ref; see benchmarks/README.md)")
+                         "default ~/.cache/msprobe-ref, built on demand by benchmarks/refvenv.py)")
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench_work", "ms_dump"))
     a = ap.parse_args()
+    if a.ref is None:
+        a.ref = str(ref_venv_or_missing("venv2620ms") / "bin" / "python")
     base_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     base_env.update(GLOG_v="3", OMP_NUM_THREADS="1")
     sides = [("msprobe", a.ours, "ours", ROOT), ("reference 26.2.0", a.ref, "ref", "/")]

@@ -225,7 +225,7 @@ def report_scan(path: Path) -> dict:
 # ---------------------------------------------------------------------------------------------------------------------
 
 def ref_venv(var: str, name: str):
-    venv = refvenv.ref_venv(name, var)
+    venv = refvenv.ref_venv_or_missing(name, var)
     exe = venv / "bin" / "msprobe"
     return (venv, exe) if exe.is_file() and os.access(exe, os.X_OK) else (venv, None)
 
@@ -265,10 +265,11 @@ def main(argv=None) -> int:
     notes: list = []
     refs = {}
     for label, var, default in ((REF8_XLSX, "MSPROBE_REF8", "venv833"), (REF26_CSV, "MSPROBE_REF26", "venv2620")):
-        venv, exe = ref_venv(var, default)
         if a.no_refs:
             notes.append(f"{label}: skipped (--no-refs)")
-        elif exe is None:
+            continue
+        venv, exe = ref_venv(var, default)
+        if exe is None:
             notes.append(f"{label}: skipped, no reference venv at {refvenv.portable(venv)} (set {var}; see benchmarks/README.md)")
         else:
             refs[label] = exe

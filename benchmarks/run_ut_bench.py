@@ -42,7 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from machine import machine_line  # noqa: E402
-from refvenv import portable, ref_venv  # noqa: E402
+from refvenv import portable, ref_venv_or_missing  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "run_ut_results.md"
 GOAL = 5.0
@@ -151,7 +151,7 @@ def main(argv=None) -> int:
             r = timed(ours + ["-api_info", str(dump), "-o", str(work / f"ours_j{jobs}"), "-j", str(jobs)],
                       work / f"ours_j{jobs}", ours_env, work, args.repeat, 3600)
             rows.append((f"ours -j {jobs}", "whole", n_apis, r, ""))
-        ref_py = ref_venv("venv833", "MSPROBE_REF8") / "bin" / "python"
+        ref_py = ref_venv_or_missing("venv833", "MSPROBE_REF8") / "bin" / "python"
         ref_row = None
         if args.no_ref:
             note = "not run (--no-ref)"
