@@ -69,6 +69,8 @@ def options(args: argparse.Namespace, command: str):
 
 
 def run(args: argparse.Namespace) -> int:
+    if _online(args):  # config.json whose run_ut block has "is_online": true: the online checker
+        return 0
     from msprobe.core.acc_check.runner import run as run_check
     from msprobe.core.errors import MsprobeError
 
@@ -77,3 +79,24 @@ def run(args: argparse.Namespace) -> int:
                            f"PyTorch dumps only (-f pytorch)")
     run_check(options(args, args.command))
     return 0
+
+
+def _online(args: argparse.Namespace) -> bool:
+    """The checker side of the online pre-check (docs/acc_check.md "Online pre-check"); False when offline."""
+    if not getattr(args, "config_path", None):
+        return False
+    from msprobe.core.acc_check.online.config import load_server_config
+    from msprobe.core.errors import MsprobeError
+
+    cfg = load_server_config(args.config_path)
+    if cfg is None:
+        return False
+    if args.api_info_file:
+        raise MsprobeError(f"-config {args.config_path} has \"is_online\": true (the online checker receives the "
+                           f"APIs from training): drop -api_info, or set is_online to false to check a dump")
+    if getattr(args, "framework", None) == "mindspore":
+        raise MsprobeError("the online pre-check is PyTorch only (-f pytorch)")
+    from msprobe.core.acc_check.online.server import run_online
+
+    run_online(cfg, args.output_path, "msprobe.pytorch.acc_check.online_checker:make_judge", quiet=args.quiet)
+    return True
