@@ -18,6 +18,7 @@ import os
 import torch
 
 from msprobe.core.acc_check.online.client import Sender
+from msprobe.pytorch.dump.hooks import TLS, _DisableTF
 from msprobe.pytorch.dump.service import Service
 
 log = logging.getLogger("msprobe")
@@ -73,34 +74,41 @@ class OnlineHandler:
             self.sender = Sender(self.service.cfg.online, rank if rank is not None else 0)
 
     def __call__(self, name, func, args, kwargs, distributed=False):
-        col = self.service.collector
-        n = col.api_count.get(name, 0)
-        col.api_count[name] = n + 1
-        full = f"{name}.{n}"
-        capture = None
-        if not distributed and self.sender is not None:
-            try:
-                if col.wanted(f"{full}.forward"):
-                    capture = _Capture(col)
-                    rec = {"input_args": [capture.value(a, f"{full}.input.{i}") for i, a in enumerate(args)],
-                           "input_kwargs": {k: capture.value(v, f"{full}.kwargs.{k}", k)
-                                            for k, v in kwargs.items() if k != "device"}}
-            except Exception as exc:  # noqa: BLE001 - never into the training
-                self._warn(full, exc)
-                capture = None
-        elif distributed and "dist" not in self.warned:
-            self.warned.add("dist")
-            log.info("msprobe online run_ut: api %s is not supported, skip", full)
-        out = func(*args, **kwargs)
-        if capture is not None:
-            try:
-                outs = out if isinstance(out, (tuple, list)) and not isinstance(out, torch.Size) else [out]
-                rec["output"] = [capture.value(o, f"{full}.output.{i}") for i, o in enumerate(outs)]
-                raws = [_raw(e) for e in capture.tensors]
-                self.sender.submit(full, self.step, rec, raws)
-            except Exception as exc:  # noqa: BLE001
-                self._warn(full, exc)
-        return out
+        TLS.depth += 1      # calls made by this one (and by the capture) are not captured
+        try:
+            col = self.service.collector
+            n = col.api_count.get(name, 0)
+            col.api_count[name] = n + 1
+            full = f"{name}.{n}"
+            capture = rec = None
+            if distributed:
+                if "dist" not in self.warned:
+                    self.warned.add("dist")
+                    log.info("msprobe online run_ut: api %s is not supported, skip", full)
+            elif self.sender is not None:
+                try:
+                    if col.wanted(f"{full}.forward"):
+                        with _DisableTF():
+                            capture = _Capture(col)
+                            rec = {"input_args": [capture.value(a, f"{full}.input.{i}") for i, a in enumerate(args)],
+                                   "input_kwargs": {k: capture.value(v, f"{full}.kwargs.{k}", k)
+                                                    for k, v in kwargs.items() if k != "device"}}
+                except Exception as exc:  # noqa: BLE001 - never into the training
+                    self._warn(full, exc)
+                    capture = None
+            out = func(*args, **kwargs)
+            if capture is not None:
+                try:
+                    with _DisableTF():
+                        outs = out if isinstance(out, (tuple, list)) and not isinstance(out, torch.Size) else [out]
+                        rec["output"] = [capture.value(o, f"{full}.output.{i}") for i, o in enumerate(outs)]
+                        raws = [_raw(e) for e in capture.tensors]
+                    self.sender.submit(full, self.step, rec, raws)
+                except Exception as exc:  # noqa: BLE001
+                    self._warn(full, exc)
+            return out
+        finally:
+            TLS.depth -= 1
 
     def _warn(self, name, exc):
         key = type(exc).__name__

@@ -164,7 +164,7 @@ class Sender:
                 self._inflight.clear()
         self._thread.join(2.0)
         s = self.stats
-        log.warning("msprobe online run_ut (%s, session %s): %d calls captured, %d checked, %d already checked "
+        (log.warning if s["dropped"] else log.info)("msprobe online run_ut (%s, session %s): %d calls captured, %d checked, %d already checked "
                     "(resent), %d filtered by rank, %d dropped%s", self.cfg.where(), self.session, s["captured"],
                     s["judged"], s["duplicate"], s["filtered"], s["dropped"],
                     "" if not self.dropped else " (first: " + ", ".join(
