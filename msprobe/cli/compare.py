@@ -84,6 +84,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     x.add_argument("-tensor_log", "--is_print_compare_log", dest="tensor_log", action="store_true",
                    help="tensor mode: log one line per compared tensor pair")
     x.add_argument("-j", "--jobs", type=int, default=0, help="parallel workers for ranks / tensor files (default: automatic)")
+    x.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="spread the ranks (and chunks of big tensor ranks) over Ray: no ADDRESS starts a local instance, "
+                        "'auto' or ray://host:port joins a cluster; needs pip install 'msprobe[ray]' (docs/scale.md)")
     x.add_argument("-q", "--quiet", action="store_true",
                    help="no live progress display (shown only on a terminal, or with MSPROBE_PROGRESS=1); the "
                         "one-line-per-stage log stays")
@@ -185,6 +188,15 @@ def run(args) -> int:
         from msprobe.core.compare.kernel import parse_id_list
 
         kernel = (parse_id_list(args.rank or "", "--rank"), parse_id_list(args.step or "", "--step"))
+    backend = None
+    if getattr(args, "ray", None) is not None:
+        from msprobe.core.executor import check_backend, ray_backend
+
+        if kernel is not None:
+            raise MsprobeError("--ray spreads dump.json compares (statistics, md5, tensor); the kernel dump compare "
+                               "(--rank/--step, rank_id/step_id) runs without it")
+        backend = ray_backend(args.ray)
+        check_backend(backend)          # the Ray extra missing: one line now, before any work
     if kernel is not None:
         return _kernel(args, target, golden, kernel)
     if args.highlight and args.no_highlight:
@@ -206,7 +218,7 @@ def run(args) -> int:
         target=target, golden=golden, output_dir=args.output_path or "./output", fuzzy=args.fuzzy_match,
         highlight=not args.no_highlight, fmt="csv" if args.csv else "xlsx", stack_path=stack_path,
         tensor_log=tensor_log, jobs=args.jobs, framework=args.framework, match_column=not args.no_match_column,
-        progress=not args.quiet,
+        progress=not args.quiet, backend=backend,
     )
     if acfg.diff_analyze:  # refuse before any work (no report is written for a run -da cannot analyse)
         from msprobe.core.advisor.diff_analyze import check_rank_labels
@@ -223,11 +235,20 @@ def run(args) -> int:
 
     with Progress("compare", display=display_wanted(quiet=not cfg.progress)) as prog:
         # the advisor file of each report is written with it (both appear together, docs/reliability.md)
+        failures = [] if backend else None     # --ray: a failing rank is recorded, the others go on
         results = run_compare(cfg, progress_factory=prog.job, advisor=acfg.advisor,
-                              keep_tables=acfg.diff_analyze)  # -da reads the whole tables
+                              keep_tables=acfg.diff_analyze, failures=failures)  # -da reads the whole tables
     _summary(results)
+    for fail in failures or ():
+        print(f"compare {fail.label}: FAILED: {fail.reason}")
+    if failures and acfg.diff_analyze:
+        raise MsprobeError(f"-da needs every rank; {len(failures)} rank(s) failed (see above): fix them and run again")
     _analysis(results, acfg)
     _banner()
+    if failures:
+        print(f"compare: {len(failures)} of {len(failures) + len(results)} ranks failed; the reports of the others "
+              f"are written", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -53,6 +53,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="parallel workers for steps/ranks (default: one per core); -j 1: no helper processes at all; "
                         "for a single graph, N > 1 also splits its writing over N processes (faster, but almost "
                         "twice the memory)")
+    x.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="build/compare the steps/ranks in Ray tasks: no ADDRESS starts a local instance, 'auto' or "
+                        "ray://host:port joins a cluster; needs pip install 'msprobe[ray]' (docs/scale.md)")
     x.add_argument("-q", "--quiet", action="store_true",
                    help="no live progress display (shown only on a terminal, or with MSPROBE_PROGRESS=1); the "
                         "one-line-per-stage log stays")
@@ -130,11 +133,17 @@ def run(args: argparse.Namespace) -> int:
         raise MsprobeError(f"-j/--jobs must be 0 (automatic) or a positive number, not {args.jobs}")
     if args.layer_mapping:
         check_path(args.layer_mapping, "layer-mapping yaml", "file")
+    backend = None
+    if getattr(args, "ray", None) is not None:
+        from msprobe.core.executor import check_backend, ray_backend
+
+        backend = ray_backend(args.ray)
+        check_backend(backend)          # the Ray extra missing: one line now, before any work
     cfg = GraphConfig(
         target=target, golden=golden or None, output=args.output_path or "./output", layer_mapping=args.layer_mapping,
         overflow_check=args.overflow_check, fuzzy=args.fuzzy_match, complete_stack=args.complete_stack,
         db=args.db, jobs=args.jobs, framework=getattr(args, "framework", None),
-        reference_colours=getattr(args, "reference_colours", False),
+        reference_colours=getattr(args, "reference_colours", False), backend=backend,
     )
     # stages read, match, write per graph: one INFO line each, a live display on a terminal (msprobe.core.progress)
     from msprobe.core.progress import Progress, display_wanted

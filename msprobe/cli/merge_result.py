@@ -38,6 +38,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     help="config.yaml naming the APIs ('api') and compare indexes ('compare_index') to gather")
     x = p.add_argument_group("execution")
     x.add_argument("-j", "--jobs", type=int, default=0, help="processes reading reports (default: one per core)")
+    x.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="read the reports in Ray tasks: no ADDRESS starts a local instance, 'auto' or ray://host:port "
+                        "joins a cluster; needs pip install 'msprobe[ray]' (docs/scale.md)")
     x.add_argument("-q", "--quiet", action="store_true",
                    help="no live progress display (shown only on a terminal, or with MSPROBE_PROGRESS=1); the "
                         "one-line-per-stage log stays")
@@ -49,8 +52,14 @@ def run(args) -> int:
 
     if args.jobs < 0:
         raise MsprobeError(f"-j/--jobs must be 0 (automatic) or a positive number, not {args.jobs}")
+    backend = None
+    if getattr(args, "ray", None) is not None:
+        from msprobe.core.executor import check_backend, ray_backend
+
+        backend = ray_backend(args.ray)
+        check_backend(backend)          # the Ray extra missing: one line now, before any work
     cfg = MergeConfig.from_yaml(args.input_dir, args.output_dir, args.config_path, jobs=args.jobs,
-                                progress=not args.quiet)
+                                progress=not args.quiet, backend=backend)
     # stages read, merge, write: one INFO line each, a live display on a terminal (msprobe.core.progress)
     from msprobe.core.progress import Progress, display_wanted
 

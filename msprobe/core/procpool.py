@@ -94,11 +94,12 @@ def _picklable(exc: BaseException) -> BaseException:
 
 def run_tasks(fn: Callable, tasks: Sequence, workers: int, on_event: Optional[Callable] = None,
               on_result: Optional[Callable] = None, remove_written: bool = False, name: str = "msprobe-worker",
-              stop_on_error: bool = True, temp_dirs: Sequence[str] = ()) -> List:
+              stop_on_error: bool = True, temp_dirs: Sequence[str] = (), on_error: Optional[Callable] = None) -> List:
     """Run ``fn(task, emit)`` for every task in up to ``workers`` forked processes; results in task order.
 
     ``emit(*args)`` in a worker calls ``on_event(index, *args)`` in the parent; ``on_result(index, result)``
-    is called as each task finishes. The first task exception is raised in the parent; with
+    is called as each task finishes. ``on_error(index, exc)``, when given, takes each task's exception (its
+    result is None) and the other tasks go on. Otherwise the first task exception is raised in the parent; with
     ``stop_on_error`` the other workers are terminated at once, otherwise the remaining tasks run first.
     Anything raised in the parent (KeyboardInterrupt included) terminates the workers at once; the temporary
     files they announced are removed, and so are those of the killed workers' pids in ``temp_dirs`` and in the
@@ -107,7 +108,7 @@ def run_tasks(fn: Callable, tasks: Sequence, workers: int, on_event: Optional[Ca
     import multiprocessing as mp
 
     if "fork" not in mp.get_all_start_methods() or workers <= 1 or len(tasks) <= 1:
-        return _run_here(fn, tasks, on_event, on_result)
+        return _run_here(fn, tasks, on_event, on_result, on_error)
     ctx = mp.get_context("fork")
     task_q, out_q, file_q = ctx.SimpleQueue(), ctx.Queue(), ctx.SimpleQueue()
     n = max(1, min(workers, len(tasks)))
@@ -149,6 +150,9 @@ def run_tasks(fn: Callable, tasks: Sequence, workers: int, on_event: Optional[Ca
                     on_result(msg[1], value)
             elif kind == "error":
                 results[msg[1]] = None
+                if on_error is not None:
+                    on_error(msg[1], msg[2])
+                    continue
                 if error is None:
                     error = msg[2]
                 if stop_on_error:
@@ -185,14 +189,22 @@ def _clean_dirs(dirs) -> None:
             clean(d)
 
 
-def _run_here(fn, tasks, on_event, on_result) -> List:
+def _run_here(fn, tasks, on_event, on_result, on_error=None) -> List:
     """One worker or no fork: the tasks run in this process, one after the other."""
     out = []
     for i, task in enumerate(tasks):
         def emit(*args, _i=i):
             if on_event is not None:
                 on_event(_i, *args)
-        out.append(fn(task, emit))
+        if on_error is None:
+            out.append(fn(task, emit))
+        else:
+            try:
+                out.append(fn(task, emit))
+            except Exception as exc:  # noqa: BLE001 - handed to the caller, the other tasks go on
+                on_error(i, exc)
+                out.append(None)
+                continue
         if on_result is not None:
             on_result(i, out[-1])
     return out

@@ -23,3 +23,4 @@ class CompareConfig:
     match_column: bool = True  # add the "Match" provenance column at the end of the report
     progress: bool = True  # progress bars (shown only on a terminal)
     mappings: MappingOptions = field(default_factory=MappingOptions)  # -am / -cm / -dm / -lm
+    backend: Optional[str] = None  # None/"local": forked processes; "ray[:ADDRESS]": --ray (msprobe.core.executor)

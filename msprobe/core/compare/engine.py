@@ -686,7 +686,7 @@ def _tensor(cfg, t: DumpRows, g: DumpRows, m: Matches, target_json, golden_json,
         done[0] += k
         tick("metrics", done[0], len(pairs), "tensor pairs", MODE_TENSOR)
 
-    results = tm.compare_files(pairs, loader, jobs=cfg.jobs, progress=_advance)
+    results = tm.compare_files(pairs, loader, jobs=cfg.jobs, progress=_advance, backend=getattr(cfg, "backend", None))
     for i, res in zip(todo_idx, results):
         metrics[i] = res
         if cfg.tensor_log:

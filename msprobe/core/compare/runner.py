@@ -231,17 +231,18 @@ def write_report(rep: Report, path: str, fmt: str, defer: bool = False):
 
 def run_job(cfg: CompareConfig, job: RankJob, out_dir: str, ts: str,
             progress: Optional[Callable[..., None]] = None, advisor: bool = False,
-            keep_tables: bool = True) -> RankResult:
+            keep_tables: bool = True, report: Optional[Report] = None, seconds: float = 0.0) -> RankResult:
     """Compare one pair and write its report. ``progress(stage, done, total, unit=None, detail=None)`` is told
     the stages read, match, metrics (in compare_dumps) and write (msprobe.core.progress). ``advisor``: also
     write the advisor file; both files are written completely, then named one right after the other
     (advisor first), so a kill leaves both or neither (docs/reliability.md "Outputs"). ``keep_tables=False``:
     the result holds :meth:`Report.slim` (enough for the console summary; the advice is computed here) instead
-    of the whole report, unless the advisor failed here (the CLI then runs it again on the whole report)."""
-    start = time.perf_counter()
+    of the whole report, unless the advisor failed here (the CLI then runs it again on the whole report).
+    ``report``: the pair was compared elsewhere (a Ray task, :func:`compare_rank`, in ``seconds``): only write."""
+    start = time.perf_counter() - seconds
     if job.out_sub:
         out_dir = ensure_output_dir(os.path.join(out_dir, job.out_sub))
-    rep = compare_dumps(cfg, job.target_json, job.golden_json, progress=progress)
+    rep = report if report is not None else compare_dumps(cfg, job.target_json, job.golden_json, progress=progress)
     path = unique_path(os.path.join(out_dir, report_name(job.label, cfg.fmt, ts, _is_debug(job.target_json))))
     if progress:
         progress("write", 0, rep.rows, "rows", cfg.fmt)
@@ -304,8 +305,27 @@ def _end(bar, ok: bool) -> None:
         end()
 
 
+def compare_rank(cfg: CompareConfig, job: RankJob, _emit=None, fallback=None) -> Tuple[Report, float]:
+    """A Ray task (msprobe.core.executor): compare one pair where its dump lies; the driver writes the report.
+    ``fallback``: the tensor loader the driver registered for formats the fast reader does not know."""
+    start = time.perf_counter()
+    if fallback is not None:
+        from msprobe.core.io import tensors
+
+        tensors.register_fallback(fallback)
+    rep = compare_dumps(cfg, job.target_json, job.golden_json)
+    return rep, time.perf_counter() - start
+
+
+@dataclass
+class RankFailure:
+    """A rank whose compare failed (--ray goes on with the other ranks): its name and the one-line reason."""
+    label: Optional[str]
+    reason: str
+
+
 def run_compare(cfg: CompareConfig, progress_factory=None, advisor: bool = False,
-                keep_tables: bool = True) -> List[RankResult]:
+                keep_tables: bool = True, failures: Optional[List[RankFailure]] = None) -> List[RankResult]:
     """Plan, run every rank (in parallel processes when there are several), write the reports.
 
     ``keep_tables=False``: each result holds the slim report (:meth:`Report.slim`, see :func:`run_job`), so
@@ -313,7 +333,12 @@ def run_compare(cfg: CompareConfig, progress_factory=None, advisor: bool = False
 
     ``progress_factory(label)`` gives each rank's progress callable (msprobe.core.progress.Progress.job).
     ``advisor``: each report is named together with its advisor file (see :func:`run_job`).
-    Anything going wrong, Ctrl-C included, stops the rank workers at once and leaves no report behind."""
+    Anything going wrong, Ctrl-C included, stops the rank workers at once and leaves no report behind.
+
+    ``cfg.backend`` a Ray one (--ray): one Ray task per rank, reports written here as the ranks come back;
+    a rank that fails is added to ``failures`` (when given) and the other ranks go on."""
+    from msprobe.core.executor import is_ray
+
     jobs = plan(cfg)
     out_dir = ensure_output_dir(cfg.output_dir)
     ts = time.strftime("%Y%m%d%H%M%S")
@@ -324,6 +349,9 @@ def run_compare(cfg: CompareConfig, progress_factory=None, advisor: bool = False
     results: List[RankResult] = []
     bars = {i: progress_factory(job_label(job)) for i, job in enumerate(jobs)} if progress_factory else {}
     try:
+        if is_ray(cfg.backend):
+            return _run_ray(cfg, jobs, out_dir, ts, bars, results, advisor, keep_tables, failures,
+                            progress_factory)
         if len(jobs) == 1 or workers <= 1:
             for i, job in enumerate(jobs):
                 results.append(run_job(cfg, job, out_dir, ts, progress=bars.get(i), advisor=advisor,
@@ -347,9 +375,9 @@ def run_compare(cfg: CompareConfig, progress_factory=None, advisor: bool = False
 
 
 def _run_parallel(cfg, jobs, out_dir, ts, workers, bars, results, advisor=False, keep_tables=True):
-    """Ranks in worker processes (msprobe.core.procpool): their progress comes back as events; Ctrl-C or a
-    failing rank terminates the others at once, and their temporary and finished files are removed."""
-    from msprobe.core.procpool import run_tasks
+    """Ranks in worker processes (msprobe.core.executor, local backend): their progress comes back as events;
+    Ctrl-C or a failing rank terminates the others at once, and their temporary and finished files are removed."""
+    from msprobe.core.executor import run_tasks
 
     def task(job, emit):
         return run_job(cfg, job, out_dir, ts, progress=lambda stage, done=0, total=None, unit=None, detail=None:
@@ -367,4 +395,59 @@ def _run_parallel(cfg, jobs, out_dir, ts, workers, bars, results, advisor=False,
     dirs = sorted({out_dir} | {os.path.join(out_dir, job.out_sub) for job in jobs if job.out_sub})
     results[:] = run_tasks(task, jobs, workers, on_event=on_event, on_result=on_result, remove_written=True,
                            name="msprobe-compare", temp_dirs=dirs)          # in job order
+    return results
+
+
+def _run_ray(cfg, jobs, out_dir, ts, bars, results, advisor, keep_tables, failures, progress_factory):
+    """One Ray task per rank (:func:`compare_rank`, reading the dumps where they lie); each report comes back
+    as columns and is written here by :func:`run_job` as soon as it arrives (the writers of the local path:
+    the same bytes). A failing rank is logged and recorded in ``failures`` (raised when that is None)."""
+    import functools
+
+    from msprobe.core.executor import run_tasks
+
+    done = {"n": 0, "failed": 0, "rows": 0, "t0": time.perf_counter()}
+    overall = progress_factory("ranks") if progress_factory and len(jobs) > 1 else None
+    order = {}
+
+    def tick() -> None:
+        if overall is not None:
+            rate = done["rows"] / max(1e-9, time.perf_counter() - done["t0"])
+            overall("ray", done["n"] + done["failed"], len(jobs), "ranks",
+                    f"{done['failed']} failed, {rate:,.0f} rows/s")
+
+    def on_result(i, value):
+        rep, seconds = value
+        res = run_job(cfg, jobs[i], out_dir, ts, progress=bars.get(i), advisor=advisor, keep_tables=keep_tables,
+                      report=rep, seconds=seconds)
+        order[id(res)] = i
+        results.append(res)          # known at once: removed again if the run stops
+        done["n"] += 1
+        done["rows"] += rep.rows
+        _end(bars.get(i), True)
+        tick()
+
+    def on_error(i, exc):
+        if failures is None:
+            raise exc
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        label = job_label(jobs[i]) or os.path.basename(jobs[i].target_json)
+        log.error("compare %s failed: %s", label, reason)
+        failures.append(RankFailure(label, reason))
+        done["failed"] += 1
+        _end(bars.get(i), False)
+        tick()
+
+    from msprobe.core.io import tensors
+
+    task = functools.partial(compare_rank, cfg, fallback=getattr(tensors, "_fallback", None))
+    tick()
+    try:
+        run_tasks(task, jobs, len(jobs), backend=cfg.backend, on_result=on_result, on_error=on_error,
+                  collect=False, name="msprobe-compare")
+    except BaseException:
+        _end(overall, False)
+        raise
+    _end(overall, True)
+    results.sort(key=lambda r: order[id(r)])           # job order, as the local backend gives
     return results

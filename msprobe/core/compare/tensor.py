@@ -260,39 +260,67 @@ def _compare_chunk(pairs: Sequence[Tuple[str, str]], loader: Callable[[str], np.
     return [compare_pair(p[0], p[1], loader) for p in pairs]
 
 
+def compare_chunk_task(loader: Callable[[str], np.ndarray], fallback, pairs: Sequence[Tuple[str, str]],
+                       _emit=None) -> List[Metrics]:
+    """A Ray task (msprobe.core.executor): one chunk of tensor pairs, read where they lie. ``fallback``: the
+    loader of formats the fast reader does not know, registered on the driver (msprobe.core.io.tensors)."""
+    from msprobe.core.io import tensors
+
+    if fallback is not None:
+        tensors.register_fallback(fallback)
+    return _compare_chunk(pairs, loader)
+
+
+RAY_CHUNK = 256  # tensor pairs per Ray task of a big tensor-mode rank (a smaller rank stays one task)
+
+
 def compare_files(
     pairs: Sequence[Tuple[str, str]],
     loader: Callable[[str], np.ndarray],
     jobs: int = 0,
     progress: Optional[Callable[[int], None]] = None,
+    backend: Optional[str] = None,
 ) -> List[Metrics]:
     """Compare many (npu_path, bench_path) pairs; results in input order.
 
     Pairs are split into contiguous chunks and compared in forked worker processes (one per core by
     default): per-block numpy calls hold the GIL, so threads would not scale.  In a worker process (a
-    rank of a multi-rank compare) or with one job, pairs are compared in this process.
+    rank of a multi-rank compare) or with one job, pairs are compared in this process.  With a Ray
+    ``backend`` (--ray), a rank of more than :data:`RAY_CHUNK` pairs is split into Ray tasks of that many
+    pairs (from inside the rank's own Ray task), wherever it runs.
     """
-    import multiprocessing as mp
+    from msprobe.core.executor import in_worker, is_ray, run_tasks
 
     if not pairs:
         return []
+    if is_ray(backend) and len(pairs) > RAY_CHUNK:
+        import functools
+
+        from msprobe.core.io import tensors
+
+        chunks = [pairs[a:a + RAY_CHUNK] for a in range(0, len(pairs), RAY_CHUNK)]
+        task = functools.partial(compare_chunk_task, loader, getattr(tensors, "_fallback", None))
+        results: List[Metrics] = []
+        for res in run_tasks(task, chunks, len(chunks), backend=backend,
+                             on_result=(lambda i, _res: progress(len(chunks[i]))) if progress else None,
+                             name="msprobe-tensors"):
+            results.extend(res)
+        return results
     from msprobe.core.resources import cap_jobs
 
     workers = cap_jobs(jobs, len(pairs), "tensor pairs")   # never beyond the cores nor the pairs
-    if workers <= 1 or mp.current_process().name != "MainProcess" or "fork" not in mp.get_all_start_methods():
+    if workers <= 1 or in_worker():
         out = []
         for p in pairs:
             out.append(compare_pair(p[0], p[1], loader))
             if progress:
                 progress(1)
         return out
-    # msprobe.core.procpool: Ctrl-C or a failing chunk stops every worker at once (no traceback from them)
-    from msprobe.core.procpool import run_tasks
-
+    # msprobe.core.executor (local backend): Ctrl-C or a failing chunk stops every worker at once
     n_chunks = min(len(pairs), workers * 8)
     bounds = np.linspace(0, len(pairs), n_chunks + 1).astype(int).tolist()
     chunks = [pairs[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
-    results: List[Metrics] = []
+    results = []
     for res in run_tasks(lambda chunk, _emit: _compare_chunk(chunk, loader), chunks, workers,
                          on_result=(lambda i, _res: progress(len(chunks[i]))) if progress else None,
                          name="msprobe-tensors"):

@@ -52,6 +52,7 @@ class GraphConfig:
     framework: Optional[str] = None
     # colour compare nodes by the reference's precision index instead of msprobe's verdict (docs/graph.md)
     reference_colours: bool = False
+    backend: Optional[str] = None  # None/"local": forked processes; "ray[:ADDRESS]": --ray (msprobe.core.executor)
 
 
 @dataclass
@@ -438,13 +439,59 @@ def _workers(cfg: GraphConfig, n_units: int) -> int:
     return cap_jobs(cfg.jobs, n_units, "graphs")   # never beyond the cores nor the graphs
 
 
+def unit_task(cfg: GraphConfig, ts: str, unit: Unit, _emit=None) -> Tuple[UnitResult, bytes]:
+    """A Ray task (msprobe.core.executor): one step/rank built (and compared) where its dump lies, its part
+    written in a temporary folder of the worker's machine and returned as bytes (the driver places them)."""
+    workdir = tempfile.mkdtemp(prefix=f".msprobe-graph-{temp_tag()}-")
+    try:
+        res = run_unit(cfg, unit, workdir, ts)
+        with open(res.part, "rb") as f:
+            data = f.read()
+        res.part = os.path.splitext(res.part)[1]          # the suffix: .vis or .db
+        return res, data
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _run_units_ray(cfg, units, workdir, ts, jobs) -> List[UnitResult]:
+    """One Ray task per step/rank (:func:`unit_task`); each part is written into ``workdir`` as it arrives."""
+    import functools
+
+    from msprobe.core.executor import run_tasks
+
+    out: List[Optional[UnitResult]] = [None] * len(units)
+
+    def on_result(i, value):
+        res, data = value
+        fd, part = tempfile.mkstemp(prefix="part-", suffix=res.part, dir=workdir)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        res.part = part
+        out[i] = res
+        if jobs[i] is not None:
+            jobs[i].finish()
+
+    run_tasks(functools.partial(unit_task, cfg, ts), units, len(units), backend=cfg.backend, on_result=on_result,
+              collect=False, name="msprobe-graph")
+    return out
+
+
 def _run_units(cfg, units, workdir, ts, progress_factory) -> List[UnitResult]:
-    """Every step/rank, in msprobe.core.procpool workers when there are several (Ctrl-C or a failing graph
-    stops them all at once; their parts live in ``workdir``, removed by the caller)."""
-    from msprobe.core.procpool import run_tasks
+    """Every step/rank, in msprobe.core.executor workers when there are several (Ctrl-C or a failing graph
+    stops them all at once; their parts live in ``workdir``, removed by the caller); with a Ray backend
+    (--ray) in Ray tasks, also for one unit."""
+    from msprobe.core.executor import is_ray, run_tasks
 
     workers = _workers(cfg, len(units))
     jobs = [progress_factory(unit_label(u)) for u in units] if progress_factory else [None] * len(units)
+    if is_ray(cfg.backend):
+        try:
+            return _run_units_ray(cfg, units, workdir, ts, jobs)
+        except BaseException:
+            for job in jobs:
+                if job is not None and not job.finished:
+                    job.abandon()
+            raise
 
     def end(job, ok: bool) -> None:
         if job is not None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Tuple
+from typing import Optional, Tuple
 
 from msprobe.core.errors import MsprobeError
 from msprobe.core.fileio import check_path, yaml_safe_load
@@ -39,13 +39,14 @@ class MergeConfig:
     jobs: int = 0  # worker processes for reading reports; 0: one per core
     progress: bool = True
     config_path: str = ""
+    backend: Optional[str] = None  # None/"local": forked processes; "ray[:ADDRESS]": --ray (msprobe.core.executor)
 
     @classmethod
     def from_yaml(cls, input_dir: str, output_dir: str, config_path: str, jobs: int = 0,
-                  progress: bool = True) -> "MergeConfig":
+                  progress: bool = True, backend: Optional[str] = None) -> "MergeConfig":
         apis, indexes = load_merge_yaml(config_path)
         return cls(input_dir=input_dir, output_dir=output_dir, apis=apis, compare_index=indexes, jobs=jobs,
-                   progress=progress, config_path=config_path)
+                   progress=progress, config_path=config_path, backend=backend)
 
 
 def _str_list(value, key: str, path: str) -> Tuple[str, ...]:

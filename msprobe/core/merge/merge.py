@@ -98,17 +98,19 @@ def _plan(cfg: MergeConfig):
     return input_dir, files, mode, indexes
 
 
-def _extract_job(args):
+def _extract_job(args, _emit=None):
+    """One report file (a task of msprobe.core.executor: module-level, picklable arguments)."""
     f, apis, indexes = args
     return extract(f, apis, indexes)
 
 
 def _read_all(cfg: MergeConfig, files: List[RankFile], indexes: List[str],
               progress: Optional[Callable[..., None]]) -> List[RankData]:
-    """Every report's wanted rows, read in worker processes (msprobe.core.procpool: Ctrl-C stops them at once).
+    """Every report's wanted rows, read in worker processes or Ray tasks (msprobe.core.executor, ``cfg.backend``:
+    Ctrl-C stops them at once).
     ``progress(stage, done, total, unit, detail)``: the stage "read", counted in reports."""
     jobs = [(f, cfg.apis, indexes) for f in files]
-    from msprobe.core.procpool import run_tasks
+    from msprobe.core.executor import run_tasks
     from msprobe.core.resources import cap_jobs
 
     workers = cap_jobs(cfg.jobs, len(jobs), "report files")   # never beyond the cores nor the files
@@ -123,7 +125,7 @@ def _read_all(cfg: MergeConfig, files: List[RankFile], indexes: List[str],
 
     if progress:
         progress("read", 0, total, "reports")
-    return run_tasks(lambda job, _emit: _extract_job(job), jobs, workers, on_result=on_result,
+    return run_tasks(_extract_job, jobs, workers, backend=getattr(cfg, "backend", None), on_result=on_result,
                      name="msprobe-merge")
 
 

@@ -90,8 +90,8 @@ class Result:
 
 def read_step(step_dir: str, progress=None, jobs: int = 1) -> Dict[int, RankRecords]:
     """Read every rank of a step folder, ``jobs`` ranks at a time in worker processes (0: one per core;
-    msprobe.core.procpool); ``progress``: a :class:`msprobe.core.progress.Job`."""
-    from msprobe.core.procpool import run_tasks
+    msprobe.core.executor); ``progress``: a :class:`msprobe.core.progress.Job`."""
+    from msprobe.core.executor import run_tasks
     from msprobe.core.resources import cap_jobs
 
     paths = rank_folders(step_dir)
