@@ -61,12 +61,14 @@ setup(
         "mindspore": ["mindspore==2.10.0", "numpy<2"],
         # grad_probe's comparator draws similarities_picture/*.png with it (skipped with a warning without it)
         "plots": ["matplotlib"],
+        # --ray on compare / merge_result / graph (msprobe.core.executor_ray, docs/scale.md); imported only with the flag
+        "ray": ["ray"],
         # the training monitor's format 'tensorboard' and `msprobe csv2tensorboard` (a clear error without it)
         "tensorboard": ["tensorboard"],
         # transformers: tests/real_models builds tiny models from configs (no download). torchvision is not listed:
         # its registry wheel is built for CUDA torch and does not load with the 2.13.0 CPU wheel.
         "test": ["pytest", "hypothesis", "pandas", "openpyxl", "tensorboard", "tb-graph-ascend", "transformers>=4.46",
-                 "matplotlib"],
+                 "matplotlib", "ray"],
     },
     entry_points={
         "console_scripts": [
