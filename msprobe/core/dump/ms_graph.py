@@ -434,6 +434,9 @@ class StepRecords:
 
     def _emit_kernel(self, k: _Kernel, backward: bool, parent: Optional[str], ir: Optional[_Ir]) -> None:
         inst = (ir.instance(k.node) if ir is not None and k.node is not None else None) or k.op_type.lower()
+        root = k.scope.split("/", 2)[1 if backward else 0] if k.scope.count("/") >= (2 if backward else 1) else ""
+        if root and root != "Default":     # compiler-made kernels (Expand/_PowTensorScalar/Pow-op0): no user call
+            inst = f"{root.lower()}_{inst}"
         prefix = f"Primitive.{inst}_grad.{k.op_type}" if backward else f"Primitive.{inst}.{k.op_type}"
         n = self.prim_count.get(prefix, 0)
         self.prim_count[prefix] = n + 1

@@ -34,17 +34,22 @@ class PrecisionDebugger(DebuggerBase):
         cfg = load_dump_config(config_path, task=task, dump_path=dump_path, level=level, step=step,
                                framework="mindspore")
         import mindspore as ms
-        if cfg.level == "L2":
-            raise MsprobeError(
-                f"level L2 (kernel dump through MindSpore's own dump) needs an Ascend device; this MindSpore "
-                f"runs on {_device_target()}. Use level L0, L1 or mix here")
         try:
             mode = ms.get_context("mode")
         except Exception:
             mode = ms.PYNATIVE_MODE
         if mode != ms.PYNATIVE_MODE:
-            raise MsprobeError("the MindSpore PrecisionDebugger records PyNative runs only (GRAPH_MODE runs no "
-                               "Python hooks); call mindspore.set_context(mode=mindspore.PYNATIVE_MODE)")
+            # static graph: MindSpore's own kernel dump, converted to dump.json at every step()
+            from msprobe.mindspore.dump.static_graph import StaticGraphService, check_static_config, _device_target, _jit_level
+            check_static_config(cfg, _device_target(), _jit_level())
+            self.config = cfg = prepared_config(cfg, seed_all)
+            self.service = StaticGraphService(cfg)
+            return
+        if cfg.level == "L2":
+            raise MsprobeError(
+                f"level L2 (kernel dump through MindSpore's own dump) needs an Ascend device in PyNative mode; this "
+                f"MindSpore runs on {_device_target()}. Use level L0, L1 or mix here, or run the network in GRAPH_MODE "
+                "(mindspore.set_context(mode=mindspore.GRAPH_MODE)), where L2 converts MindSpore's kernel dump")
         cfg = prepared_config(cfg, seed_all)
         self.config = cfg
         if cfg.task == "grad_probe":   # no dump service; monitor(optimizer) attaches the probe
