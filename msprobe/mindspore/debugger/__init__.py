@@ -40,10 +40,10 @@ class PrecisionDebugger(DebuggerBase):
             mode = ms.PYNATIVE_MODE
         if mode != ms.PYNATIVE_MODE:
             # static graph: MindSpore's own kernel dump, converted to dump.json at every step()
-            from msprobe.mindspore.dump.static_graph import StaticGraphService, check_static_config, _device_target, _jit_level
-            check_static_config(cfg, _device_target(), _jit_level())
+            from msprobe.mindspore.dump import static_graph as sg
+            sg.check_static_config(cfg, sg._device_target(), sg._jit_level())
             self.config = cfg = prepared_config(cfg, seed_all)
-            self.service = StaticGraphService(cfg)
+            self.service = sg.StaticGraphService(cfg)
             return
         if cfg.level == "L2":
             raise MsprobeError(
