@@ -341,7 +341,7 @@ def test_bad_input(tmp_path, dumps, capsys):
     ms = tmp_path / "ms_dump.json"
     ms.write_text(json.dumps({"task": "statistics", "level": "L1", "framework": "mindspore", "data": {}}))
     assert main(["acc_check", "-api_info", str(ms), "-o", str(out)]) == 2
-    assert "MindSpore pre-check is not available" in _one_line(capsys)
+    assert "records no API" in _one_line(capsys)  # a MindSpore dump is read by the MindSpore checker's rules
     nofw = tmp_path / "no_framework.json"
     nofw.write_text(json.dumps({"task": "statistics", "data": {}}))
     assert main(["acc_check", "-api_info", str(nofw), "-o", str(out)]) == 2

@@ -36,9 +36,37 @@ SUPPORTED_DTYPES = frozenset("""torch.float16 torch.bfloat16 torch.float32 torch
 torch.half torch.complex64 torch.complex128 torch.int8 torch.int16 torch.int32 torch.int64 torch.long torch.int
 torch.uint8 torch.bool""".split())
 TENSOR_TYPES = ("torch.Tensor", "torch.nn.parameter.Parameter")
+#: MindSpore PyNative dumps: the prefixes the MindSpore runtime can call (mindspore.mint, mint.nn.functional,
+#: mindspore.ops, mindspore.Tensor), their tensor record types and dtypes
+MS_RUNNABLE = ("Mint", "MintFunctional", "Functional", "Tensor")
+MS_TENSOR_TYPES = ("mindspore.Tensor", "mindspore.Parameter", "mindspore.common.tensor.Tensor",
+                   "mindspore.common.parameter.Parameter")
+MS_SUPPORTED_DTYPES = frozenset("""Float16 BFloat16 Float32 Float64 Int8 Int16 Int32 Int64 UInt8 Bool""".split())
+MS_RANDOM_APIS = frozenset("""uniform standard_normal standard_laplace random_gamma random_poisson random_categorical
+gamma laplace""".split())
 CONFIG_KEYS = ("white_list", "black_list", "error_data_path", "precision", "is_online", "nfs_path", "host", "port",
                "rank_list", "tls_path")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+){2,3}$")
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What a framework's checker can run: API prefixes, tensor record types, dtypes, random APIs."""
+
+    framework: str
+    runnable: tuple
+    tensor_types: tuple
+    dtypes: frozenset
+    random_apis: frozenset
+    what: str  # the runnable prefixes, for the skip message
+
+
+RULES = {
+    "pytorch": Rules("pytorch", RUNNABLE, TENSOR_TYPES, SUPPORTED_DTYPES, RANDOM_APIS,
+                     "only Functional, Tensor and Torch APIs are re-run"),
+    "mindspore": Rules("mindspore", MS_RUNNABLE, MS_TENSOR_TYPES, MS_SUPPORTED_DTYPES, RANDOM_APIS | MS_RANDOM_APIS,
+                       "only Mint, MintFunctional, Functional (mindspore.ops) and Tensor APIs are re-run"),
+}
 
 
 @dataclass
@@ -143,14 +171,14 @@ def absolute_data_names(obj: Any, directory: str) -> Any:
     return obj
 
 
-def _tensor_records(obj: Any) -> List[dict]:
+def _tensor_records(obj: Any, types: tuple = TENSOR_TYPES) -> List[dict]:
     if isinstance(obj, dict):
         kind = obj.get("type")
-        if isinstance(kind, str) and kind in TENSOR_TYPES:
+        if isinstance(kind, str) and kind in types:
             return [obj]
-        return [t for v in obj.values() for t in _tensor_records(v)]
+        return [t for v in obj.values() for t in _tensor_records(v, types)]
     if isinstance(obj, list):
-        return [t for v in obj for t in _tensor_records(v)]
+        return [t for v in obj for t in _tensor_records(v, types)]
     return []
 
 
@@ -167,8 +195,8 @@ def _arg(rec: dict, pos: int, name: str) -> Any:
     return item
 
 
-def _random_reason(api: str, fwd: dict) -> Optional[str]:
-    if api in RANDOM_APIS:
+def _random_reason(api: str, fwd: dict, random_apis: frozenset = RANDOM_APIS) -> Optional[str]:
+    if api in random_apis:
         return f"random API {api}: two runs never give the same values, nothing to compare element-wise. SKIP."
     if api in DROPOUTS:
         p = _arg(fwd, 1, "p")
@@ -179,31 +207,34 @@ def _random_reason(api: str, fwd: dict) -> Optional[str]:
     return None
 
 
-def _skip_reason(prefix: str, api: str, name: str, fwd: Optional[dict], cfg: RunUtConfig, real_data: bool) -> Optional[str]:
+def _skip_reason(prefix: str, api: str, name: str, fwd: Optional[dict], cfg: RunUtConfig, real_data: bool,
+                 rules: Rules = RULES["pytorch"]) -> Optional[str]:
     if fwd is None:
         return "no forward record in dump.json (only its backward was dumped): nothing to re-run. SKIP."
     if prefix in COMMUNICATION:
         return f"API {name} not support for run ut: communication API, it needs the other ranks. SKIP."
     if not _NAME_RE.match(name):
         return f"API {name} not support for run ut: the name is not Type.api.N. SKIP."
-    if prefix not in RUNNABLE:
-        what = "an NPU-only API (torch_npu)" if prefix == "NPU" else f"a {prefix} API"
-        return f"API {name} not support for run ut: {what}; only Functional, Tensor and Torch APIs are re-run. SKIP."
+    if prefix not in rules.runnable:
+        what = ("an NPU-only API (torch_npu)" if prefix == "NPU" else
+                "a Primitive (its construction arguments are not recorded)" if prefix == "Primitive" else
+                f"a {prefix} API")
+        return f"API {name} not support for run ut: {what}; {rules.what}. SKIP."
     if api in cfg.black_list or name in cfg.black_list or (cfg.white_list and api not in cfg.white_list
                                                           and name not in cfg.white_list):
         return f"API {api} in black list or not in white list. SKIP."
     if api in EMPTY_APIS:
         return f"API {api} returns uninitialised memory: nothing to compare. SKIP."
-    reason = _random_reason(api, fwd)
+    reason = _random_reason(api, fwd, rules.random_apis)
     if reason:
         return reason
-    tensors = _tensor_records([fwd.get("input_args"), fwd.get("input_kwargs"), fwd.get("output")])
+    tensors = _tensor_records([fwd.get("input_args"), fwd.get("input_kwargs"), fwd.get("output")], rules.tensor_types)
     bad = sorted({str(t.get("dtype")) for t in tensors
-                  if not isinstance(t.get("dtype"), str) or t.get("dtype") not in SUPPORTED_DTYPES})
+                  if not isinstance(t.get("dtype"), str) or t.get("dtype") not in rules.dtypes})
     if bad:
         return f"unsupported dtype {bad[0]} in {name}: not re-run. SKIP."
     if real_data:
-        inputs = _tensor_records([fwd.get("input_args"), fwd.get("input_kwargs")])
+        inputs = _tensor_records([fwd.get("input_args"), fwd.get("input_kwargs")], rules.tensor_types)
         unnamed = [t for t in inputs if not t.get("data_name") or not isinstance(t.get("data_name"), str)]
         if unnamed:
             return f"no data: {len(unnamed)} input tensor(s) of {name} have no data_name (a file name) in the dump. SKIP."
@@ -248,6 +279,7 @@ def build_plan(dump_json: str, cfg: Optional[RunUtConfig] = None, filter_api: bo
     if not isinstance(data, dict):
         raise MsprobeError(f"dump.json {path}: something wrong with dump, no data found in dump.json")
     framework = str(dump.get("framework") or "pytorch")
+    rules = RULES[_framework_name(framework, path)]
     has_tensors = dump.get("task") == "tensor" or bool(dump.get("dump_data_dir"))
     if data_mode == "real_data" and not has_tensors:
         raise MsprobeError(f"dump.json {path} holds statistics only (task {dump.get('task')!r}, no dump_data_dir): "
@@ -280,7 +312,7 @@ def build_plan(dump_json: str, cfg: Optional[RunUtConfig] = None, filter_api: bo
     if not items:
         raise MsprobeError(f"dump.json {path} records no API (level L1 dumps record Functional/Tensor/Torch APIs); "
                            f"dump with level \"L1\" or \"mix\"")
-    if real and not any(t.get("data_name") for it in items for t in _tensor_records(it.forward)):
+    if real and not any(t.get("data_name") for it in items for t in _tensor_records(it.forward, rules.tensor_types)):
         raise MsprobeError(f"dump.json {path}: real-data mode, but no tensor record has a data_name (a dump without "
                            f"tensors); dump with task \"tensor\" or use --data_mode random_data")
     _check_white_list(cfg, items, path)
@@ -293,13 +325,13 @@ def build_plan(dump_json: str, cfg: Optional[RunUtConfig] = None, filter_api: bo
             if key in seen.setdefault(group, set()):
                 continue  # -f: an identical call of the same API was kept already
             seen[group].add(key)
-        it.skip = _skip_reason(it.prefix, it.api, it.name, it.forward, cfg, real)
+        it.skip = _skip_reason(it.prefix, it.api, it.name, it.forward, cfg, real, rules)
         if it.skip is None:
             it.backward_skip = _backward_skip(it.api, it.forward, it.backward)
         kept.append(it)
     for i, it in enumerate(kept):
         it.index = i
-    return Plan(dump_json=path, framework=framework, real_data=real, items=kept)
+    return Plan(dump_json=path, framework=rules.framework, real_data=real, items=kept)
 
 
 def _check_white_list(cfg: RunUtConfig, items: List[ApiItem], path: str) -> None:
@@ -320,9 +352,16 @@ def framework_of(dump_json: str) -> str:
     fw = dump.get("framework") if isinstance(dump, dict) else None
     if fw is None:
         raise MsprobeError(f'Key "framework" not found in {path}; pass the dump.json of a dump made by msprobe')
+    return _framework_name(fw, path)
+
+
+def _framework_name(fw: Any, path: str) -> str:
     fw = str(fw).lower()
     if fw in ("pytorch", "pt"):
         return "pytorch"
-    if fw in ("mindspore", "ms", "mindtorch"):
+    if fw in ("mindspore", "ms"):
         return "mindspore"
+    if fw == "mindtorch":
+        raise MsprobeError(f"dump.json {path} is a MindTorch dump: the pre-check of MindTorch dumps is not supported "
+                           f"by this msprobe; dump with PyTorch or MindSpore")
     raise MsprobeError(f"Unsupported framework in api_info: {fw!r} ({path}); expected pytorch or mindspore")

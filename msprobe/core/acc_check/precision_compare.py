@@ -89,6 +89,15 @@ def _num(texts: Sequence[str]) -> np.ndarray:
     return out
 
 
+#: MindSpore run_ut writes MindSpore's dtype names (Float16, BFloat16, ...): judged as the torch ones
+_MS_DTYPES = {"Float16": "torch.float16", "BFloat16": "torch.bfloat16", "Float32": "torch.float32",
+              "Float64": "torch.float64", "Complex64": "torch.complex64", "Complex128": "torch.complex128"}
+
+
+def _torch_dtype(text: str) -> str:
+    return _MS_DTYPES.get(text, text)
+
+
 def _short_name(name: str) -> str:
     parts = name.split(".")
     return ".".join(parts[1:-4])
@@ -114,7 +123,7 @@ def compare(npu: Dict[str, List[str]], gpu: Dict[str, List[str]]):
     for x in names:
         if x in dups:
             raise MsprobeError(f"This API : {x} has multiple records in the GPU data.")
-    dtype = np.array([d.strip() for d in npu["DEVICE Dtype"]], dtype=object)
+    dtype = np.array([_torch_dtype(d.strip()) for d in npu["DEVICE Dtype"]], dtype=object)
     shape = np.array([s.strip() for s in npu.get("Shape", [""] * n)], dtype=object)
     msg_in = npu.get("Message", [""] * n)
     skip = (dtype == "") | np.isin(dtype, UNSUPPORTED) | (shape == "(0,)")

@@ -44,6 +44,7 @@ class Options:
     command: str = "run_ut"
     quiet: bool = False
     seed: int = 1234
+    framework: Optional[str] = None   # -f: pytorch / mindspore; None: the dump's "framework" field decides
 
 
 @dataclass
@@ -70,8 +71,14 @@ def check_devices(devices: List[int]) -> List[int]:
     return devices
 
 
-def run(opts: Options, target: str = "msprobe.pytorch.acc_check.checker:make_checker") -> Summary:
-    """Check every API of ``opts.api_info``; see the module docstring.
+#: the checker of each framework (the pool's target), chosen by the dump's "framework" field
+CHECKERS = {"pytorch": "msprobe.pytorch.acc_check.checker:make_checker",
+            "mindspore": "msprobe.mindspore.acc_check.checker:make_checker"}
+
+
+def run(opts: Options, target: Optional[str] = None) -> Summary:
+    """Check every API of ``opts.api_info``; see the module docstring.  ``target``: the checker
+    ("module:function"); None: the one of the dump's framework (:data:`CHECKERS`).
 
     ``opts.quiet`` (-q): no live display and no info lines (the file names, the stage log, the worst
     outputs): only warnings, errors and the one-line summary."""
@@ -85,7 +92,7 @@ def run(opts: Options, target: str = "msprobe.pytorch.acc_check.checker:make_che
         log.setLevel(level)
 
 
-def _run(opts: Options, target: str) -> Summary:
+def _run(opts: Options, target: Optional[str]) -> Summary:
     check_devices(opts.devices)
     if opts.jobs < 1 or opts.jobs > 64:
         raise MsprobeError(f"the number of processes must be between 1 and 64, not {opts.jobs}")
@@ -95,6 +102,10 @@ def _run(opts: Options, target: str) -> Summary:
     started = time.perf_counter()
     plan = build_plan(opts.api_info, cfg, filter_api=opts.filter_api, data_mode=opts.data_mode)
     read_seconds = time.perf_counter() - started
+    if opts.framework and opts.framework != plan.framework:
+        raise MsprobeError(f"dump.json {plan.dump_json} is a {plan.framework} dump (its \"framework\" field), but "
+                           f"-f {opts.framework} was given; use -f {plan.framework} (or acc_check, which reads it)")
+    target = target or CHECKERS[plan.framework]
     if opts.csv_path:
         files = open_resume(opts.csv_path)
     else:

@@ -7,23 +7,16 @@ Runs inside the worker processes of :mod:`msprobe.core.acc_check.pool` (``make_c
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Any, Dict, List, Optional
 
 import torch
 
-from msprobe.core.acc_check.results import STATUS
+from msprobe.core.acc_check.details import COLUMNS, detail_row as core_detail_row  # noqa: F401 - COLUMNS re-exported
 from msprobe.core.errors import MsprobeError
 from msprobe.pytorch.op_generate import runtime as rt
 from msprobe.pytorch.op_generate.generator import case_from_records, runtime_values, standard_of
 
-#: our metric names -> the details CSV's columns
-COLUMNS = {"Error Rate": "二进制一致错误率", "Relative Error Ratio": "相对误差错误率", "Absolute Error Ratio": "绝对误差错误率",
-           "Maximum ULP Error": "ULP误差最大值", "Mean ULP Error": "ULP误差平均值", "ULP Error Proportion": "ULP误差大于阈值占比",
-           "Thousandth ratio": "双千指标", "Small Value Error Proportion": "小值域错误占比",
-           "Maximum Relative Error": "相对误差最大值", "Mean Relative Error": "相对误差平均值",
-           "Root Mean Squared Error": "均方根误差", "Error Balance": "误差均衡性"}
 LOW = (torch.float16, torch.bfloat16)
 
 
@@ -200,46 +193,12 @@ def _dtype_text(v) -> str:
 
 def detail_row(api_name: str, res: Dict, d, b) -> Dict:
     """One details CSV row (column -> value) from runtime.assess_output, plus the legacy metrics."""
-    row: Dict[str, Any] = {"API Name": api_name, "Bench Dtype": _dtype_text(b), "DEVICE Dtype": _dtype_text(d)}
-    if isinstance(d, torch.Tensor):
-        row["Shape"] = str(tuple(d.shape))
-    if "rows" not in res:  # decided before any metric
-        msg = res["message"]
-        if d is None and b is None:
-            return dict(row, Status="SKIP", Message="Bench output is None, skip this test.")
-        status = STATUS[res["verdict"]]
-        if status == "pass" and not isinstance(d, torch.Tensor):
-            row["二进制一致错误率"] = 0.0
-        return dict(row, Status=status, Message=msg)
-    dev, ben = res["device"], res["bench"]
-    if dev.is_floating_point():
-        row.update(legacy_metrics(dev, ben, res["judged"]))
-    m = res["metrics"]
-    for key, col in COLUMNS.items():
-        if key in m:
-            row[col] = float(m[key])
-    if res["standard"] == "absolute" and "Inf/NaN Mismatch Proportion" in m:
-        row["inf/nan错误率"] = float(m["Inf/NaN Mismatch Proportion"])
-    status = STATUS[res["verdict"]]
-    row["Status"] = status
-    lines, worst_sev = [], -1.0
-    for metric, value, ratio, verdict in res["rows"]:
-        if verdict in ("error", "warning"):
-            lines.append(f"{metric} {_num(value)}" + (f" (ratio {_num(ratio)})" if ratio != "" else "") + f": {verdict}")
-            sev = float(ratio) if ratio != "" else float(value)
-            sev = sev if math.isfinite(sev) else 1e300
-            if sev > worst_sev:
-                worst_sev = sev
-                row.update(_metric=metric, _value=float(value), _ratio=float(ratio) if ratio != "" else None)
-    row["_std"] = res["standard"]
-    row["_severity"] = worst_sev
-    standard = rt.STANDARD_TITLES[res["standard"]]
-    row["Message"] = f"{standard}: " + ("; ".join(lines) if lines else "every metric passes")
-    return row
-
-
-def _num(v) -> str:
-    return f"{v:.6g}" if isinstance(v, float) else str(v)
+    is_tensor = isinstance(d, torch.Tensor)
+    legacy = None
+    if "rows" in res and res["device"].is_floating_point():
+        legacy = lambda: legacy_metrics(res["device"], res["bench"], res["judged"])  # noqa: E731
+    return core_detail_row(api_name, res, _dtype_text(d), _dtype_text(b), str(tuple(d.shape)) if is_tensor else None,
+                           is_tensor, d is None and b is None, legacy)
 
 
 def legacy_metrics(d: torch.Tensor, b: torch.Tensor, judged) -> Dict[str, Optional[float]]:
