@@ -268,10 +268,10 @@ def test_interrupt_leaves_no_report(tmp_path, ray_cluster, monkeypatch):
     from msprobe.core.executor import ray_backend
 
     case = fixtures_or_skip() / MULTI
-    real = runner.write_report
+    real = runner.write_rendered
     calls = []
 
-    def interrupted(rep, path, fmt, defer=False):
+    def interrupted(data, path, defer=False):
         calls.append(path)
         if len(calls) == 2:
             from msprobe.core.fileio import atomic_write
@@ -281,9 +281,9 @@ def test_interrupt_leaves_no_report(tmp_path, ray_cluster, monkeypatch):
                     f.write("half a report")
                 raise KeyboardInterrupt
             return atomic_write(path, half, defer=defer)
-        return real(rep, path, fmt, defer=defer)
+        return real(data, path, defer=defer)
 
-    monkeypatch.setattr(runner, "write_report", interrupted)
+    monkeypatch.setattr(runner, "write_rendered", interrupted)
     out = tmp_path / "out"
     cfg = CompareConfig(target=str(case / "target" / "step0"), golden=str(case / "golden" / "step0"),
                         output_dir=str(out), fmt="csv", backend=ray_backend())

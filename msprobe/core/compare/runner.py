@@ -214,35 +214,64 @@ def report_name(label: Optional[str], fmt: str, ts: str, debug: bool = False) ->
     return f"{'debug_' if debug else ''}compare_result{middle}_{ts}.{fmt}"
 
 
-def write_report(rep: Report, path: str, fmt: str, defer: bool = False):
-    """Write the report atomically; returns the path actually written (never overwrites), or with ``defer``
-    the finished file still under its temporary name (fileio.PendingWrite)."""
+def render_report(rep: Report, path: str, fmt: str) -> None:
+    """Write the report's file at ``path`` (not atomic: :func:`write_report` gives it a temporary name)."""
     if fmt == "csv":
         from msprobe.core.io.csvfile import write_csv
 
-        return atomic_write(path, lambda tmp: write_csv(tmp, rep.header, rep.columns), defer=defer)
+        write_csv(path, rep.header, rep.columns)
+        return
     from msprobe.core.io.xlsx import RELATIVE_ERROR_COLUMNS, write_xlsx
 
     styles = rep.styles if (rep.styles is not None and rep.styles.any()) else None
     # relative errors ("12.5%" text in the report) become percent-formatted numbers: sortable in Excel
-    return atomic_write(path, lambda tmp: write_xlsx(tmp, rep.header, rep.columns, row_styles=styles,
-                                                     percent_columns=RELATIVE_ERROR_COLUMNS), defer=defer)
+    write_xlsx(path, rep.header, rep.columns, row_styles=styles, percent_columns=RELATIVE_ERROR_COLUMNS)
+
+
+def write_report(rep: Report, path: str, fmt: str, defer: bool = False):
+    """Write the report atomically; returns the path actually written (never overwrites), or with ``defer``
+    the finished file still under its temporary name (fileio.PendingWrite)."""
+    return atomic_write(path, lambda tmp: render_report(rep, tmp, fmt), defer=defer)
+
+
+def write_rendered(data: bytes, path: str, defer: bool = False):
+    """:func:`write_report` for a report rendered elsewhere (a Ray task): its bytes, written atomically."""
+    def put(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            f.write(data)
+
+    return atomic_write(path, put, defer=defer)
+
+
+@dataclass
+class RankOutput:
+    """What a Ray rank task (:func:`compare_rank`) sends back: the report rendered to its file's bytes, the
+    report itself (slim when the driver needs no more), the advice, the layer-mapping rows."""
+    report: Report
+    seconds: float
+    data: bytes
+    advice: object = None
+    layer_rows: object = None
 
 
 def run_job(cfg: CompareConfig, job: RankJob, out_dir: str, ts: str,
             progress: Optional[Callable[..., None]] = None, advisor: bool = False,
-            keep_tables: bool = True, report: Optional[Report] = None, seconds: float = 0.0) -> RankResult:
+            keep_tables: bool = True, prepared: Optional[RankOutput] = None) -> RankResult:
     """Compare one pair and write its report. ``progress(stage, done, total, unit=None, detail=None)`` is told
     the stages read, match, metrics (in compare_dumps) and write (msprobe.core.progress). ``advisor``: also
     write the advisor file; both files are written completely, then named one right after the other
     (advisor first), so a kill leaves both or neither (docs/reliability.md "Outputs"). ``keep_tables=False``:
     the result holds :meth:`Report.slim` (enough for the console summary; the advice is computed here) instead
     of the whole report, unless the advisor failed here (the CLI then runs it again on the whole report).
-    ``report``: the pair was compared elsewhere (a Ray task, :func:`compare_rank`, in ``seconds``): only write."""
-    start = time.perf_counter() - seconds
+    ``prepared``: the pair was compared, its report rendered and advised elsewhere (a Ray task,
+    :func:`compare_rank`): only the files are written here."""
+    start = time.perf_counter() - (prepared.seconds if prepared is not None else 0.0)
     if job.out_sub:
         out_dir = ensure_output_dir(os.path.join(out_dir, job.out_sub))
-    rep = report if report is not None else compare_dumps(cfg, job.target_json, job.golden_json, progress=progress)
+    if prepared is not None:
+        rep = prepared.report
+    else:
+        rep = compare_dumps(cfg, job.target_json, job.golden_json, progress=progress)
     path = unique_path(os.path.join(out_dir, report_name(job.label, cfg.fmt, ts, _is_debug(job.target_json))))
     if progress:
         progress("write", 0, rep.rows, "rows", cfg.fmt)
@@ -250,7 +279,10 @@ def run_job(cfg: CompareConfig, job: RankJob, out_dir: str, ts: str,
 
     paired = advisor and not job.out_sub    # (graph/pynative layout: the CLI writes the advisor files)
     with counting_rows((lambda done: progress("write", done, rep.rows, "rows", cfg.fmt)) if progress else None):
-        written = write_report(rep, path, cfg.fmt, defer=paired)
+        if prepared is not None:
+            written = write_rendered(prepared.data, path, defer=paired)
+        else:
+            written = write_report(rep, path, cfg.fmt, defer=paired)
     advice, advisor_path = None, ""
     if paired:
         from msprobe.core.advisor.advisor import advise, write_advice
@@ -258,7 +290,8 @@ def run_job(cfg: CompareConfig, job: RankJob, out_dir: str, ts: str,
 
         try:
             try:
-                advice = advise(rep, label=job.label)
+                advice = prepared.advice if prepared is not None and prepared.advice is not None else \
+                    advise(rep, label=job.label)
             except Exception:  # noqa: BLE001 - an advisor bug must not cost the report: the CLI runs the
                 advice = None  # advisor again after the reports and reports the error there
             pending = write_advice(advice, out_dir, job.label, defer=True) if advice is not None else None
@@ -274,15 +307,17 @@ def run_job(cfg: CompareConfig, job: RankJob, out_dir: str, ts: str,
         from msprobe.core.advisor.advisor import advise
 
         try:
-            advice = advise(rep, label=job.label)
+            advice = prepared.advice if prepared is not None and prepared.advice is not None else \
+                advise(rep, label=job.label)
         except Exception:  # noqa: BLE001 - reported by the CLI, which runs the advisor again
             advice = None
-    if rep.layer_rows is not None:
+    layer_rows = prepared.layer_rows if prepared is not None else rep.layer_rows
+    if layer_rows is not None:
         from msprobe.core.compare.mapping import write_data_mapping
 
         middle = f"_{job.label}" if job.label else ""
-        side = write_data_mapping(rep.layer_rows, os.path.join(out_dir, f"data_mapping{middle}_{ts}.yaml"))
-        log.info("layer mapping: %d rows paired; saved as %s (reusable with -dm)", len(rep.layer_rows), side)
+        side = write_data_mapping(layer_rows, os.path.join(out_dir, f"data_mapping{middle}_{ts}.yaml"))
+        log.info("layer mapping: %d rows paired; saved as %s (reusable with -dm)", len(layer_rows), side)
     if progress:
         progress("write", rep.rows, rep.rows, "rows", os.path.basename(written))
     if not keep_tables and (not advisor or advice is not None):
@@ -305,16 +340,37 @@ def _end(bar, ok: bool) -> None:
         end()
 
 
-def compare_rank(cfg: CompareConfig, job: RankJob, _emit=None, fallback=None) -> Tuple[Report, float]:
-    """A Ray task (msprobe.core.executor): compare one pair where its dump lies; the driver writes the report.
-    ``fallback``: the tensor loader the driver registered for formats the fast reader does not know."""
+def compare_rank(cfg: CompareConfig, job: RankJob, _emit=None, fallback=None, advisor: bool = False,
+                 keep_tables: bool = True) -> RankOutput:
+    """A Ray task (msprobe.core.executor): compare one pair where its dump lies, render its report file and
+    compute its advice here; the driver only writes the bytes (:func:`run_job` with ``prepared``), so its
+    share of a rank stays small. ``fallback``: the tensor loader the driver registered for formats the fast
+    reader does not know."""
+    import tempfile
+
     start = time.perf_counter()
     if fallback is not None:
         from msprobe.core.io import tensors
 
         tensors.register_fallback(fallback)
     rep = compare_dumps(cfg, job.target_json, job.golden_json)
-    return rep, time.perf_counter() - start
+    with tempfile.TemporaryDirectory(prefix="msprobe-report-") as d:
+        tmp = os.path.join(d, f"report.{cfg.fmt}")
+        render_report(rep, tmp, cfg.fmt)
+        with open(tmp, "rb") as f:
+            data = f.read()
+    advice = None
+    if advisor:
+        from msprobe.core.advisor.advisor import advise
+
+        try:
+            advice = advise(rep, label=job.label)
+        except Exception:  # noqa: BLE001 - the driver runs the advisor again on the whole report and says why
+            advice = None
+    layer_rows = rep.layer_rows
+    if not keep_tables and (not advisor or advice is not None):
+        rep = rep.slim()
+    return RankOutput(rep, time.perf_counter() - start, data, advice, layer_rows)
 
 
 @dataclass
@@ -417,9 +473,9 @@ def _run_ray(cfg, jobs, out_dir, ts, bars, results, advisor, keep_tables, failur
                     f"{done['failed']} failed, {rate:,.0f} rows/s")
 
     def on_result(i, value):
-        rep, seconds = value
         res = run_job(cfg, jobs[i], out_dir, ts, progress=bars.get(i), advisor=advisor, keep_tables=keep_tables,
-                      report=rep, seconds=seconds)
+                      prepared=value)
+        rep = res.report
         order[id(res)] = i
         results.append(res)          # known at once: removed again if the run stops
         done["n"] += 1
@@ -440,7 +496,8 @@ def _run_ray(cfg, jobs, out_dir, ts, bars, results, advisor, keep_tables, failur
 
     from msprobe.core.io import tensors
 
-    task = functools.partial(compare_rank, cfg, fallback=getattr(tensors, "_fallback", None))
+    task = functools.partial(compare_rank, cfg, fallback=getattr(tensors, "_fallback", None), advisor=advisor,
+                             keep_tables=keep_tables)
     tick()
     try:
         run_tasks(task, jobs, len(jobs), backend=cfg.backend, on_result=on_result, on_error=on_error,

@@ -1,0 +1,198 @@
+"""Benchmark of ``--ray`` against ``-j``: a multi-rank statistics compare, and a scaling model (docs/scale.md).
+
+    .venv/bin/python benchmarks/ray_bench.py [--ranks 64] [--rows 20000] [--dir DIR]
+
+One generated statistics pair (benchmarks/gen_inputs.py, ``--rows`` tensor rows per side) is hard-linked into
+``--ranks`` rank dirs per side (every rank parses its own dump.json; the page cache holds the one file, so the
+storage read is not part of these times: it is modelled separately). Timed in the same run, each as one
+``msprobe compare ... --csv -q`` process:
+
+* ``-j 1`` and ``-j 2`` (local forked workers);
+* ``--ray ADDRESS`` on a 2-node local cluster (``ray.cluster_utils.Cluster``: a head and a second node,
+  1 CPU each; the cluster is started before the timing: a real cluster is already running);
+* ``--ray`` alone (the command starts a local Ray instance with one CPU per core: start-up included).
+
+Then Ray's per-task overhead (no-op tasks through msprobe.core.executor_ray, one at a time and 2 at a time),
+the driver's share per rank (writing one report), and the projection for 4,096 ranks on 16 nodes x 64
+cores (see docs/scale.md for the model and its assumptions). The reports of every run are checked to be
+byte-identical to those of ``-j 1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from machine import machine_line  # noqa: E402
+
+
+def make_inputs(work: Path, ranks: int, rows: int) -> Path:
+    """work/stat (the generated pair) and work/r{ranks}: target/golden step dirs of hard-linked rank dirs."""
+    import gen_inputs
+
+    a = gen_inputs.parse_args([str(work), "--cases", "stat", "--stat-rows", str(rows)])
+    gen_inputs.ensure(work, ["stat"], a)
+    steps = work / f"r{ranks}_rows{rows}"
+    if (steps / "golden" / "step0" / f"rank{ranks - 1}" / "dump.json").is_file():
+        return steps
+    shutil.rmtree(steps, ignore_errors=True)
+    for side in ("target", "golden"):
+        src = work / "stat" / side / "step0" / "rank0"
+        for r in range(ranks):
+            dst = steps / side / "step0" / f"rank{r}"
+            dst.mkdir(parents=True)
+            for f in os.listdir(src):
+                if os.path.isfile(src / f):
+                    os.link(src / f, dst / f)
+    return steps
+
+
+def run_compare(steps: Path, out: Path, extra) -> float:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("MSPROBE_FAULT_KILL_ONCE", None)
+    cmd = [sys.executable, "-m", "msprobe", "compare", "-tp", str(steps / "target" / "step0"), "-gp",
+           str(steps / "golden" / "step0"), "-o", str(out), "--csv", "-q", "-c", *extra]
+    t0 = time.perf_counter()
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if res.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{res.stderr[-3000:]}")
+    return wall
+
+
+def same_reports(a: Path, b: Path) -> bool:
+    def names(d):
+        return {re.sub(r"_\d{14}", "", n): d / n for n in os.listdir(d)}
+    na, nb = names(a), names(b)
+    return sorted(na) == sorted(nb) and all(filecmp.cmp(na[k], nb[k], shallow=False) for k in na)
+
+
+def _noop(task, _emit=None):
+    return task
+
+
+def task_overhead(address: str, n: int = 200) -> tuple:
+    """(seconds per task one at a time, seconds per task with 2 in flight) for no-op tasks via executor_ray."""
+    import functools
+
+    import ray
+
+    from msprobe.core.executor import ray_backend, run_tasks
+
+    ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    try:
+        ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+        fn = functools.partial(_noop)
+        run_tasks(fn, list(range(20)), 2, backend=ray_backend(address))          # warm the workers
+        t0 = time.perf_counter()
+        for i in range(n // 4):
+            run_tasks(fn, [i], 1, backend=ray_backend(address))
+        one = (time.perf_counter() - t0) / (n // 4)
+        t0 = time.perf_counter()
+        run_tasks(fn, list(range(n)), 2, backend=ray_backend(address))
+        many = (time.perf_counter() - t0) / n
+    finally:
+        ray.shutdown()
+    return one, many
+
+
+def driver_write_seconds(steps: Path) -> tuple:
+    """(seconds of one rank's Ray task body: compare + render the csv, seconds the driver takes to write its
+    bytes, rows, dump.json bytes), measured in this process."""
+    from msprobe.core.compare.config import CompareConfig
+    from msprobe.core.compare.runner import RankJob, compare_rank, write_rendered
+
+    rank = steps / "target" / "step0" / "rank0"
+    job = RankJob("rank0", str(rank / "dump.json"), str(steps / "golden" / "step0" / "rank0" / "dump.json"))
+    cfg = CompareConfig(target=str(steps), golden=str(steps), fmt="csv")
+    out = compare_rank(cfg, job, keep_tables=False)
+    with tempfile.TemporaryDirectory() as d:
+        t0 = time.perf_counter()
+        write_rendered(out.data, os.path.join(d, "r.csv"))
+        w = time.perf_counter() - t0
+    return out.seconds, w, out.report.rows, os.path.getsize(rank / "dump.json")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ranks", type=int, default=64)
+    ap.add_argument("--rows", type=int, default=20000, help="tensor rows per rank and side")
+    ap.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "msprobe_ray_bench"))
+    a = ap.parse_args(argv)
+    try:
+        import ray  # noqa: F401
+        from ray.cluster_utils import Cluster
+    except ImportError:
+        print("ray is not installed: pip install 'msprobe[ray]'", file=sys.stderr)
+        return 2
+    work = Path(a.dir)
+    work.mkdir(parents=True, exist_ok=True)
+    print(machine_line())
+    steps = make_inputs(work, a.ranks, a.rows)
+    outs = work / "out"
+    shutil.rmtree(outs, ignore_errors=True)
+    times = {}
+    for label, extra in (("-j 1", ["-j", "1"]), ("-j 2", ["-j", "2"])):
+        times[label] = run_compare(steps, outs / f"j{extra[1]}", extra)
+        print(f"{label}: {times[label]:.2f} s", flush=True)
+    t0 = time.perf_counter()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    cluster_start = time.perf_counter() - t0
+    try:
+        label = "--ray (2-node cluster, 1 CPU each)"
+        times[label] = run_compare(steps, outs / "ray2", ["--ray", cluster.address])
+        print(f"{label}: {times[label]:.2f} s (cluster start-up {cluster_start:.1f} s, not counted)", flush=True)
+        one, many = task_overhead(cluster.address)
+    finally:
+        cluster.shutdown()
+    label = "--ray (local instance, start-up included)"
+    times[label] = run_compare(steps, outs / "raylocal", ["--ray"])
+    print(f"{label}: {times[label]:.2f} s", flush=True)
+    same = all(same_reports(outs / "j1", outs / d) for d in ("j2", "ray2", "raylocal"))
+    rank_s, write_s, rows, nbytes = driver_write_seconds(steps)
+
+    print()
+    print(f"{a.ranks} ranks x {rows:,} rows (dump.json {nbytes / 1e6:.1f} MB per rank and side), csv reports, "
+          f"advisor off (-c); reports identical to -j 1: {'yes' if same else 'NO'}")
+    print()
+    print("| run | wall s | ranks/s | vs -j 2 |")
+    print("|---|---|---|---|")
+    for label, t in times.items():
+        print(f"| {label} | {t:.2f} | {a.ranks / t:.2f} | {t / times['-j 2']:.2f}x |")
+    print()
+    print(f"Ray per-task overhead (no-op task): {one * 1000:.1f} ms one at a time, {many * 1000:.2f} ms per task "
+          f"with 2 in flight")
+    print(f"one rank's Ray task (compare + render the csv): {rank_s:.3f} s; the driver's share (writing its "
+          f"bytes): {write_s * 1000:.1f} ms")
+    # ---- the model (docs/scale.md)
+    ranks, nodes, cores = 4096, 16, 64
+    workers = nodes * cores
+    read_gbs = 10.0          # aggregate read rate of the shared file system, GB/s (assumption)
+    t_task = rank_s + many
+    compute = -(-ranks // workers) * t_task
+    storage = ranks * 2 * nbytes / (read_gbs * 1e9)
+    driver = ranks * write_s
+    total = max(compute, storage, driver) + 10.0
+    print(f"projection, {ranks} ranks on {nodes} nodes x {cores} cores ({workers} tasks at a time): compute "
+          f"{compute:.1f} s, storage read {storage:.1f} s at {read_gbs:.0f} GB/s, driver writing {driver:.1f} s; "
+          f"~{total:.0f} s with 10 s of Ray start-up/connection (one host, -j {cores}: "
+          f"{ranks / cores * rank_s:.0f} s)")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
