@@ -116,3 +116,25 @@ def test_bad_input(tmp_path, dumps, capsys):
                  "-d", "0", "0"]) == 2
     assert "device id must be unique" in _one_line(capsys)
     assert not (tmp_path / "o").exists()
+
+
+def test_tensor_dump_without_statistics_reads_the_recorded_outputs(tmp_path, dumps, capsys):
+    import json
+
+    src = Path(dumps["broken", "tensor"])
+    dj = json.loads(src.read_text())
+    for rec in dj["data"].values():
+        for o in rec.get("output") or []:
+            if isinstance(o, dict):
+                for key in ("Max", "Min", "Mean", "Norm"):
+                    o.pop(key, None)
+    path = src.parent / "dump_no_output_stats.json"  # beside dump.json, where its dump_tensor_data is
+    path.write_text(json.dumps(dj))
+    out = tmp_path / "out"
+    assert main(["-f", "pytorch", "run_overflow_check", "-api_info", str(path), "-o", str(out)]) == 0
+    rows = result(out)
+    verdicts = {n: r[5] for n, r in rows.items()}
+    assert {n for n, v in verdicts.items() if v == "abnormal"} == {"Torch.tanh.0"}
+    assert {n for n, v in verdicts.items() if v == "normal"} == NORMAL | {"Torch.add.0"}
+    assert rows["Torch.matmul.0"][5] == "no overflow" and "hold no inf/nan" in rows["Torch.matmul.0"][6]
+    assert "8 to re-run (0 with an inf/nan output by the statistics, 8 whose recorded output file" in capsys.readouterr().err

@@ -126,8 +126,9 @@ def _run(opts: OverflowOptions, target: str) -> OverflowSummary:
             continue
         tasks.append({"name": it.name, "forward": it.forward, "overflowed": over, "probe": probe,
                       "input_overflow": inp == "yes"})
-    log.info("%s: %d APIs in %s, %d with an inf/nan output to re-run", opts.command, len(plan.items), plan.dump_json,
-             len(tasks))
+    probed = sum(1 for t in tasks if not t["overflowed"])
+    log.info("%s: %d APIs in %s, %d to re-run (%d with an inf/nan output by the statistics, %d whose recorded output "
+             "file is looked at)", opts.command, len(plan.items), plan.dump_json, len(tasks), len(tasks) - probed, probed)
     init = {"devices": opts.devices, "real_data": plan.real_data, "seed": opts.seed, "dump_json": plan.dump_json,
             "jit_compile": opts.jit_compile}
     names = [t["name"] for t in tasks]
