@@ -13,7 +13,10 @@ EPILOG = """examples:
   msprobe -f pytorch run_ut -api_info dump.json -o out -j 2 -save_error_data
   msprobe -f pytorch run_ut -api_info dump.json -csv_path out/accuracy_checking_result_20250101120000.csv   (resume)
   msprobe acc_check -api_info dump.json -o out                                        (26.x spelling)
+  msprobe -f mindspore run_ut -api_info ms_dump/step0/rank/dump.json -o out           (MindSpore PyNative dump)
 
+The checker follows the dump's "framework" (PyTorch, or MindSpore: Mint/MintFunctional/Functional/Tensor APIs
+against the same MindSpore API in higher precision); a -f that disagrees with it is an error.
 Inputs come from the recorded tensors of a "tensor" dump, else are drawn from the statistics (Max/Min/Mean/Norm).
 APIs that cannot be re-run alone (communication, random, uninitialised, unsupported dtypes, no data) are
 written as SKIP with the reason. Exit status: 0 when the run completed (whatever the verdicts), 2 on bad input.
