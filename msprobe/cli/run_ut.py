@@ -13,6 +13,8 @@ EPILOG = """examples:
   msprobe -f pytorch run_ut -api_info dump.json -o out -j 2 -save_error_data
   msprobe -f pytorch run_ut -api_info dump.json -csv_path out/accuracy_checking_result_20250101120000.csv   (resume)
   msprobe acc_check -api_info dump.json -o out                                        (26.x spelling)
+  msprobe -f pytorch run_ut -config checker.json -o out   (online pre-check: the run_ut block has "is_online": true;
+                                                        training streams its APIs here, docs/acc_check.md)
   msprobe -f mindspore run_ut -api_info ms_dump/step0/rank/dump.json -o out           (MindSpore PyNative dump)
 
 The checker follows the dump's "framework" (PyTorch, or MindSpore: Mint/MintFunctional/Functional/Tensor APIs
@@ -41,7 +43,8 @@ def add_arguments(p: argparse.ArgumentParser, multi: bool = False) -> None:
     p.add_argument("-f", "--filter_api", dest="filter_api", action="store_true",
                    help="run only the first of calls of an API with the same arguments (Max/Min aside)")
     p.add_argument("-config", "--config_path", dest="config_path", default=None, metavar="CONFIG_JSON",
-                   help="config.json whose \"run_ut\" block gives white_list, black_list, error_data_path")
+                   help="config.json whose \"run_ut\" block gives white_list, black_list, error_data_path "
+                        "(with \"is_online\": true: the online checker, no -api_info)")
     if multi:
         p.add_argument("-n", "--num_splits", dest="num_splits", type=int, default=8, choices=range(1, 65),
                        metavar="N", help="Number of splits for parallel processing. Range: 1-64 (default 8; at most "
