@@ -402,8 +402,10 @@ def load_judge(target: str, init: Dict[str, Any]):
 
 def run_online(cfg: OnlineConfig, out_dir: str, target: str, quiet: bool = False) -> Counts:
     """The checker: ``target`` ("module:function") builds the judge from an init dict (error_data_path ...)."""
-    judge = load_judge(target, {"error_data_path": cfg.error_data_path, "seed": 1234})
-    checker = OnlineChecker(cfg, out_dir, judge, quiet=quiet)
+    checker = OnlineChecker(cfg, out_dir, None, quiet=quiet)
+    if not cfg.nfs_path:
+        checker.listen()  # a port in use is said at once, before the framework is imported
+    checker.judge = load_judge(target, {"error_data_path": cfg.error_data_path, "seed": 1234})
     counts = checker.serve()
     r = counts.results
     print(f"run_ut online: Successfully stop unittest process: {counts.judged} calls judged ({r['pass']} passed, "
