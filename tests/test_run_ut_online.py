@@ -306,3 +306,30 @@ def test_wrong_tls_files(tmp_path):
 ])
 def test_bad_checker_config(tmp_path, block, words):
     assert words in _cli_error(tmp_path, block)
+
+
+def test_judge_uses_the_training_output(tmp_path):
+    """The verdict is about the output the training computed (received), not a re-run on the checker."""
+    from msprobe.pytorch.acc_check.online_checker import make_judge
+    judge = make_judge({})
+    x = torch.randn(4, 8)
+    w = torch.randn(3, 8)
+    good = torch.nn.functional.linear(x, w)
+
+    def call(out):
+        bufs = [t.contiguous().reshape(-1).view(torch.uint8).numpy().data for t in (x, w, out)]
+        rec = lambda k, t: {"type": "torch.Tensor", "dtype": str(t.dtype), "shape": list(t.shape),  # noqa: E731
+                            "requires_grad": False, "data_name": f"@{k}"}
+        head = {"seq": 0, "session": "s", "rank": 0, "step": 0, "name": "Functional.linear.0",
+                "record": {"input_args": [rec(0, x), rec(1, w)], "input_kwargs": {}, "output": [rec(2, out)]},
+                "tensors": [{"dtype": str(t.dtype), "shape": list(t.shape), "nbytes": t.numel() * t.element_size()}
+                            for t in (x, w, out)]}
+        frame = P.parse_bytes(P.encode_bytes(P.DATA, head, bufs))
+        return judge(frame.header, P.tensor_views(frame))
+
+    assert call(good)["forward"] == "pass"
+    wrong = good.clone()
+    wrong[0, 0] += 1.0
+    res = call(wrong)
+    assert res["forward"] == "error"
+    assert res["details"][0]["API Name"] == "Functional.linear.0.forward.output.0"

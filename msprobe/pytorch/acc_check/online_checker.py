@@ -2,8 +2,9 @@
 
 The received tensors (raw bytes, see msprobe.core.acc_check.online.protocol) become tensors again without any
 unpickling, are written as .pt files in a private temporary folder (the offline checker reads recorded tensors
-from files), and the offline :class:`~msprobe.pytorch.acc_check.checker.Checker` re-runs the call on this
-machine's device and as the CPU benchmark and judges it, exactly as ``run_ut`` does for a tensor dump.
+from files), and the offline :class:`~msprobe.pytorch.acc_check.checker.Checker` re-runs the call as the CPU
+benchmark; the *training's* output (received) is judged against it by the call's standard, as ``run_ut`` judges a
+device run (see :class:`OnlineCallChecker`).
 """
 
 from __future__ import annotations
@@ -69,6 +70,46 @@ def skip_reason(name: str) -> str:
     return ""
 
 
+def _received_outputs(record: Dict, loaded: List[torch.Tensor]):
+    """The training's outputs of the call, flattened as the runtime flattens a result (None when they are not
+    all tensors)."""
+    out = []
+
+    def walk(v) -> bool:
+        if isinstance(v, list):
+            return all(walk(x) for x in v)
+        if isinstance(v, dict) and isinstance(v.get("data_name"), str) and v["data_name"].startswith("@"):
+            try:
+                out.append(loaded[int(v["data_name"][1:])])
+                return True
+            except (ValueError, IndexError):
+                return False
+        return False
+    return out if walk(record.get("output")) and out else None
+
+
+class OnlineCallChecker(Checker):
+    """The offline checker, with the training's own outputs as the device side: the received output is judged
+    against the CPU benchmark (when it matches the re-run output for output in dtype and shape; otherwise the
+    checker's device re-run is judged, as offline)."""
+
+    def __init__(self, *args, received=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.received = received
+        self.used_received = False
+
+    def _run(self, spec, fn, autocast, bdtype, raise_dtype, propagation):
+        runs, failure = super()._run(spec, fn, autocast, bdtype, raise_dtype, propagation)
+        rec = self.received
+        if failure is None and rec is not None and propagation == "forward":
+            dev = runs["device"]
+            if isinstance(dev, list) and len(dev) == len(rec) and all(
+                    isinstance(d, torch.Tensor) and d.dtype == r.dtype and d.shape == r.shape for d, r in zip(dev, rec)):
+                runs["device"] = [r.to(d.device) for r, d in zip(rec, dev)]
+                self.used_received = True
+        return runs, failure
+
+
 def make_judge(init: Dict[str, Any]):
     torch.set_num_threads(1)
     device = pick_device(init.get("devices") or [0], 0)
@@ -84,14 +125,17 @@ def make_judge(init: Dict[str, Any]):
             return _skip(reason)
         folder = tempfile.mkdtemp(prefix="msprobe-online-")
         try:
-            paths = []
+            paths, loaded = [], []
             for k, (dtype, shape, data) in enumerate(tensors):
                 p = os.path.join(folder, f"{k}.pt")
-                torch.save(to_tensor(dtype, shape, data), p)
+                t = to_tensor(dtype, shape, data)
+                torch.save(t, p)
                 paths.append(p)
+                loaded.append(t)
             record = _relink(header["record"], paths)
-            checker = Checker(device, True, error_dir, seed, f"online call {name} (rank {header['rank']}, "
-                                                             f"step {header['step']})")
+            checker = OnlineCallChecker(device, True, error_dir, seed, f"online call {name} (rank {header['rank']}, "
+                                                                       f"step {header['step']})",
+                                        received=_received_outputs(header["record"], loaded))
             return checker.check({"name": name, "forward": record, "backward": None, "backward_skip": None})
         finally:
             shutil.rmtree(folder, ignore_errors=True)
