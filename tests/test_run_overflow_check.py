@@ -115,6 +115,10 @@ def test_bad_input(tmp_path, dumps, capsys):
     assert main(["-f", "pytorch", "run_overflow_check", "-api_info", str(dumps["clean", "statistics"]),
                  "-d", "0", "0"]) == 2
     assert "device id must be unique" in _one_line(capsys)
+    ms = tmp_path / "ms.json"
+    ms.write_text('{"task": "statistics", "framework": "mindspore", "data": {"Mint.exp.0.forward": {}}}')
+    assert main(["run_overflow_check", "-api_info", str(ms), "-o", str(tmp_path / "o")]) == 2
+    assert "is a mindspore dump" in _one_line(capsys)
     assert not (tmp_path / "o").exists()
 
 

@@ -109,6 +109,9 @@ def _run(opts: OverflowOptions, target: str) -> OverflowSummary:
     if opts.timeout <= 0:
         raise MsprobeError(f"--timeout must be a positive number of seconds, not {opts.timeout:g}")
     plan = build_plan(opts.api_info, data_mode=opts.data_mode)
+    if plan.framework != "pytorch":
+        raise MsprobeError(f"dump.json {plan.dump_json} is a {plan.framework} dump: {opts.command} checks PyTorch dumps "
+                           f"only (as the reference); for a MindSpore dump use run_ut / acc_check")
     summary = OverflowSummary(total=len(plan.items))
     rows: Dict[str, List[str]] = {}
     tasks = []
