@@ -295,10 +295,15 @@ def _parallel(tasks: list, fn, workers: int) -> list:
 
     The children read the graph copy-on-write; every page they touch (reference counts) is copied, so
     one child fewer than there are workers keeps that duplication to the children's share of the graph.
+    Not a task of msprobe.core.executor: the slices are views of one graph in this process's memory (shared
+    copy-on-write, never pickled), which only a fork can hand to a worker; inside a worker of the executor
+    (a rank of a multi-rank graph, local or Ray) the slices are written here, one after the other.
     """
     import multiprocessing as mp
 
-    if workers <= 1 or len(tasks) <= 1 or "fork" not in mp.get_all_start_methods() or mp.current_process().name != "MainProcess":
+    from msprobe.core.executor import in_worker
+
+    if workers <= 1 or len(tasks) <= 1 or "fork" not in mp.get_all_start_methods() or in_worker():
         return [fn(t) for t in tasks]
     from concurrent.futures import ProcessPoolExecutor
 
