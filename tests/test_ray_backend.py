@@ -376,3 +376,23 @@ def test_jobs_1000_on_two_ranks_forks_two(tmp_path, capsys):
     started = int(res.stdout.split("STARTED ")[1].split()[0])
     assert started <= 2
     assert len(glob.glob(str(tmp_path / "o" / "compare_result_rank*_*.csv"))) == 2
+
+
+def test_every_command_spreads_work_through_the_executor():
+    """procpool is reached only through msprobe.core.executor; the forks left outside it are the ones named in
+    the executor's doc (a one-worker golden spool, graph's copy-on-write writers and split formatter, the
+    acc_check device pool)."""
+    import re
+
+    pkg = REPO / "msprobe"
+    allowed_pools = {"msprobe/core/compare/engine.py", "msprobe/core/graph/export.py"}
+    allowed_process = {"msprobe/core/graph/build.py", "msprobe/core/acc_check/pool.py"}
+    for path in pkg.rglob("*.py"):
+        rel = path.relative_to(REPO).as_posix()
+        text = path.read_text(encoding="utf-8")
+        if rel not in ("msprobe/core/executor.py", "msprobe/core/procpool.py"):
+            assert not re.search(r"from msprobe\.core\.procpool import run_tasks|procpool\.run_tasks", text), rel
+        if "ProcessPoolExecutor(" in text:
+            assert rel in allowed_pools, rel
+        if re.search(r"\.Process\(target=", text):
+            assert rel in allowed_process | {"msprobe/core/procpool.py"}, rel

@@ -16,6 +16,12 @@ starts two processes). The commands carry the backend in their frozen config (``
 Written for both backends, a task is ``fn(task, emit)`` where ``fn`` is a module-level function (or a
 ``functools.partial`` of one) and ``task`` and the partial's arguments are picklable: Ray ships them to its
 workers. ``emit(*args)`` reports progress; on Ray it is a no-op (progress is counted per finished task).
+
+Forks left outside this seam, on purpose (tests/test_ray_backend.py keeps the list): compare/engine.py's
+one-worker spool that parses the golden dump while this process parses the target (a pipeline of two, not
+spread work); graph/build.py's split formatter and graph/export.py's slice writers (they read one graph of
+this process's memory copy-on-write, which only a fork can share; inside a worker of either backend they
+stay off, :func:`in_worker`); acc_check/pool.py (a persistent worker per device).
 """
 
 from __future__ import annotations
