@@ -333,3 +333,27 @@ def test_judge_uses_the_training_output(tmp_path):
     res = call(wrong)
     assert res["forward"] == "error"
     assert res["details"][0]["API Name"] == "Functional.linear.0.forward.output.0"
+
+
+def test_shared_dir_checker_started_after_training(tmp_path):
+    """No checker while training runs: the written calls wait in nfs_path, a checker started later judges them;
+    what could not be written is named as dropped in its report."""
+    nfs = tmp_path / "nfs"
+    nfs.mkdir()
+    block = {"nfs_path": str(nfs)}
+    train = start_training(tmp_path, block, 3, client={"QUEUE_SIZE": 8, "WINDOW": 12, "PUT_TIMEOUT": 0.2,
+                                                       "CLOSE_TIMEOUT": 1.0})
+    rc, output = finish(train)
+    assert rc == 0, output
+    stats = stats_of(output)
+    assert stats["captured"] == 27 and stats["judged"] == 0
+    assert stats["left_in_shared_dir"] == 12 and stats["dropped"] == 15
+    assert len([n for n in os.listdir(nfs) if n.endswith(".msg")]) == 12
+    out = tmp_path / "out"
+    checker = start_checker(tmp_path, block, out)
+    assert checker.wait(60) == 0, (tmp_path / "checker.log").read_text()
+    assert len(rows(out)) == 12 and os.listdir(nfs) == []
+    report = json.loads(open(glob.glob(str(out / "rank0" / "online_report_*.json"))[0]).read())
+    assert report["rows_in_result_csv"] == 12 and len(report["dropped"]) == 15
+    assert {d["reason"] for d in report["dropped"]} <= {"queue full for 0.2 s", "queue full (drop mode)",
+                                                         "not acknowledged when training ended"}

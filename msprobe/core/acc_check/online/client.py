@@ -94,11 +94,12 @@ class Sender:
         self._cv = threading.Condition()
         self._seq = 0
         self._closing = False
-        self._stopped = threading.Event()     # the checker answered STOP (or we gave up)
+        self._stopped = threading.Event()     # the sender thread has ended
+        self._ok = threading.Event()          # ... because the checker answered STOP
         self._drop_mode = False
         self.dropped: List[Dict[str, Any]] = []
         self.stats = {"captured": 0, "sent": 0, "acked": 0, "judged": 0, "duplicate": 0, "filtered": 0,
-                      "dropped": 0, "resent": 0, "reconnects": 0, "unsent_at_close": 0}
+                      "dropped": 0, "resent": 0, "reconnects": 0, "unsent_at_close": 0, "left_in_shared_dir": 0}
         self._thread = threading.Thread(target=self._run, name="msprobe-online-sender", daemon=True)
         self._thread.start()
 
@@ -155,18 +156,30 @@ class Sender:
         with self._cv:
             self._give_up = True
             self._cv.notify_all()
-            unsent = list(self._q) + list(self._inflight.values())
-            if unsent and not self._stopped.is_set():
+            if not self._ok.is_set():
+                written = list(self._inflight.values()) if self.cfg.nfs_path else []
+                unsent = list(self._q) + ([] if self.cfg.nfs_path else list(self._inflight.values()))
+                # shared directory: calls already written stay there for a checker started later
+                self.stats["left_in_shared_dir"] = len(written)
                 self.stats["unsent_at_close"] = len(unsent)
                 for it in unsent:
                     self._drop(it.name, it.step, "not acknowledged when training ended")
                 self._q.clear()
                 self._inflight.clear()
         self._thread.join(2.0)
+        if self.cfg.nfs_path and not self._ok.is_set():
+            end = os.path.join(self.cfg.nfs_path, self.session + ".end")
+            try:
+                if not os.path.exists(end):
+                    self._write(end, P.encode(P.STOP, self._stop_header()))
+            except OSError as exc:
+                log.warning("msprobe online run_ut: cannot write %s: %s", end, exc)
         s = self.stats
         (log.warning if s["dropped"] else log.info)("msprobe online run_ut (%s, session %s): %d calls captured, %d checked, %d already checked "
-                    "(resent), %d filtered by rank, %d dropped%s", self.cfg.where(), self.session, s["captured"],
+                    "(resent), %d filtered by rank, %d dropped%s%s", self.cfg.where(), self.session, s["captured"],
                     s["judged"], s["duplicate"], s["filtered"], s["dropped"],
+                    f", {s['left_in_shared_dir']} left in the shared directory for a later checker"
+                    if s["left_in_shared_dir"] else "",
                     "" if not self.dropped else " (first: " + ", ".join(
                         f"{d['name']} step {d['step']}" for d in self.dropped[:3]) + ")")
         return dict(s)
@@ -259,6 +272,7 @@ class Sender:
                         if errors or self._give_up:
                             break
                         if done.is_set():
+                            self._ok.set()
                             return True
                         if self._q and len(self._inflight) < self.window:
                             break
@@ -371,3 +385,5 @@ class Sender:
         # the checker takes .end once every .msg of the session is gone, writes its report and deletes .end
         while os.path.exists(base + ".end") and not self._give_up:
             time.sleep(0.05)
+        if not os.path.exists(base + ".end"):
+            self._ok.set()
