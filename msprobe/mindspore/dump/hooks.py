@@ -107,6 +107,7 @@ class Hooks:
         self.hooked_models = []
         self._cell_handles = []
         self._param_handles = []
+        self._hooked_cells = []      # (cell, our hook functions): taken off while a jit graph compiles and runs
         self._prim_classes = {}      # (original class, attr) -> wrapped subclass
         self._prims = []             # (instance, original class)
         self.prim_count = {}
@@ -151,6 +152,7 @@ class Hooks:
         self._targets = targets
 
     def patch_on(self):
+        install_jit(self)
         if self._patched or not self._targets:
             return
         if self._plan is None:
@@ -172,6 +174,74 @@ class Hooks:
     def patch_off(self):
         undo_patches(self._patched)
         self._patched = []
+
+    def _api_patches_off(self):
+        undo_patches(self._patched)
+        self._patched = []
+
+    def _detach_cell_hooks(self):
+        """Take msprobe's forward hooks off the hooked Cells (a Cell called inside a jit function would have
+        them compiled into the graph, which MindSpore rejects); returns what to put back, order kept."""
+        out = []
+        for cell, fns in self._hooked_cells:
+            for attr in _HOOK_DICTS:
+                d = cell.__dict__.get(attr)
+                if not d:
+                    continue
+                items = list(d.items())
+                keep = [(k, v) for k, v in items if not any(v is f for f in fns)]
+                if len(keep) != len(items):
+                    d.clear()
+                    d.update(keep)
+                    out.append((d, items))
+        return out
+
+    # ------------------------------------------------------------------ @jit regions
+    def call_jit(self, executor, run, args, kwargs):
+        """One call of a ``@mindspore.jit`` function or Cell construct: ``Jit.{name}.{n}.forward`` with the
+        call's arguments (without the Cell itself) and output. The API patches are taken off while the graph
+        compiles and runs (the compiler must see MindSpore's own functions), then put back."""
+        if not self.api_level:            # L0: no Jit record, only the Cell hooks are taken off
+            detached = self._detach_cell_hooks()
+            try:
+                return run(*args, **kwargs)
+            finally:
+                for d, items in detached:
+                    d.clear()
+                    d.update(items)
+        col = self.col
+        obj = getattr(executor, "obj", None)
+        fn = getattr(executor, "fn", None)
+        name = f"Jit.{type(obj).__name__ if obj is not None else getattr(fn, '__name__', 'function')}"
+        shown = args[1:] if obj is not None and args and args[0] is obj else args
+        n = col.api_count.get(name, 0)
+        fwd = f"{name}.{n}.forward"
+        rec = None
+        TLS.depth += 1
+        try:
+            try:
+                rec = col.api_inputs(fwd, shown, kwargs)
+            except Exception as exc:
+                self.errors.record(fwd, exc)
+            patched = bool(self._patched)
+            self._api_patches_off()
+            detached = self._detach_cell_hooks()
+            try:
+                out = run(*args, **kwargs)
+            finally:
+                for d, items in detached:
+                    d.clear()
+                    d.update(items)
+                if patched:
+                    self.patch_on()
+            col.api_count[name] = n + 1
+            try:
+                col.api_outputs(fwd, rec, out, shown)
+            except Exception as exc:
+                self.errors.record(fwd, exc)
+            return out
+        finally:
+            TLS.depth -= 1
 
     def _wrapper(self, name, func):
         call = self.call
@@ -295,7 +365,10 @@ class Hooks:
         models = list(model) if isinstance(model, (list, tuple)) else [model]
         seen = set()
         for root in models:
+            inside = jit_inside(root)
             for _, cell in root.cells_and_names():
+                if id(cell) in inside or _is_jit_cell(cell):
+                    continue             # compiled by @jit: recorded as one Jit.* call, not per Primitive
                 for attr, val in list(vars(cell).items()):
                     if not isinstance(val, Primitive) or id(val) in seen:
                         continue
@@ -403,8 +476,9 @@ class Hooks:
         models = list(model) if isinstance(model, (list, tuple)) else [model]
         many = isinstance(model, (list, tuple))
         for i, root in enumerate(models):
+            inside = jit_inside(root)
             for path, cell in root.cells_and_names():
-                if cell is root:
+                if cell is root or id(cell) in inside:
                     continue
                 prefix = f"Cell.{i}.{path}" if many else f"Cell.{path}"
                 self._hook_cell(cell, f"{prefix}.{cell.__class__.__name__}")
@@ -453,6 +527,7 @@ class Hooks:
 
         self._cell_handles.append(cell.register_forward_pre_hook(pre, with_kwargs=True))
         self._cell_handles.append(cell.register_forward_hook(post, with_kwargs=True))
+        self._hooked_cells.append((cell, (pre, post)))
         for pn, p in params:
             if p.requires_grad:
                 self._param_handles.append(p.register_hook(self._param_hook(prefix, pn)))
@@ -512,6 +587,7 @@ class Hooks:
     # ------------------------------------------------------------------ teardown
     def restore(self):
         self.patch_off()
+        uninstall_jit(self)
         for h in self._cell_handles + self._param_handles:
             try:
                 h.remove()
@@ -519,6 +595,7 @@ class Hooks:
                 pass
         self._cell_handles = []
         self._param_handles = []
+        self._hooked_cells = []
         for prim, cls in self._prims:
             try:
                 prim.__class__ = cls
@@ -526,3 +603,84 @@ class Hooks:
                 pass
         self._prims = []
         self.hooked_models = []
+
+
+# ---------------------------------------------------------------------------------------------- @jit
+# ``mindspore.jit`` wraps a function (or a Cell's construct) so that every call builds a
+# ``mindspore.graph.api._JitExecutor`` and calls it. That class is looked up in its module at each call, so a
+# subclass put there sees every jit call (the reference's JitDump does the same). No Python runs inside the
+# compiled graph: the Cells under a jit construct get no hooks (their hook code would be compiled into the
+# graph, which fails), and the jit call is one ``Jit.*`` record.
+
+_JIT = {"hooks": None, "orig": None}
+# where MindSpore 2.x keeps a Cell's forward hooks (lazily created OrderedDicts)
+_HOOK_DICTS = ("_lazy_forward_pre_hook", "_lazy_forward_hook", "_lazy_forward_pre_hook_with_kwargs",
+               "_lazy_forward_hook_with_kwargs", "_forward_pre_hook", "_forward_hook")
+
+
+def _jit_module():
+    try:
+        from mindspore.graph import api as graph_api
+        return graph_api if hasattr(graph_api, "_JitExecutor") else None
+    except Exception:
+        return None
+
+
+def _is_jit_cell(cell):
+    construct = getattr(cell, "construct", None)
+    return bool(getattr(construct, "__wrapped_by_jit__", False) or
+                getattr(getattr(construct, "__func__", None), "__wrapped_by_jit__", False))
+
+
+def jit_inside(root):
+    """ids of the Cells that run inside a jit-compiled construct of ``root`` (or of ``root`` itself)."""
+    inside = set()
+    try:
+        for _, cell in root.cells_and_names():
+            if id(cell) in inside or not _is_jit_cell(cell):
+                continue
+            for _, sub in cell.cells_and_names():
+                if sub is not cell:
+                    inside.add(id(sub))
+    except Exception:
+        pass
+    return inside
+
+
+def _mindspore_own(fn):
+    module = getattr(fn, "__module__", None) or ""
+    return module == "mindspore" or module.startswith("mindspore.")
+
+
+def install_jit(hooks):
+    """Route every jit call of the user's code through ``hooks.call_jit`` (a Jit.* record at levels L1/mix,
+    msprobe's Cell hooks taken off meanwhile at every level). MindSpore's own jit functions (``nn.SGD.construct``)
+    pass straight through: the reference on MindSpore 2.10 records none of them."""
+    mod = _jit_module()
+    if mod is None:
+        return
+    _JIT["hooks"] = hooks
+    if _JIT["orig"] is not None:
+        return
+    base = mod._JitExecutor
+
+    class JitDump(base):
+        def __call__(self, *args, **kwargs):
+            h = _JIT["hooks"]
+            if h is None or TLS.depth or not RT.on or _mindspore_own(getattr(self, "fn", None)):
+                return base.__call__(self, *args, **kwargs)
+            return h.call_jit(self, lambda *a, **k: base.__call__(self, *a, **k), args, kwargs)
+
+    JitDump.__name__ = JitDump.__qualname__ = base.__name__
+    _JIT["orig"] = base
+    mod._JitExecutor = JitDump
+
+
+def uninstall_jit(hooks):
+    if _JIT["hooks"] is not hooks:
+        return
+    mod = _jit_module()
+    if mod is not None and _JIT["orig"] is not None:
+        mod._JitExecutor = _JIT["orig"]
+    _JIT["orig"] = None
+    _JIT["hooks"] = None
