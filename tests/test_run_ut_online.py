@@ -357,3 +357,11 @@ def test_shared_dir_checker_started_after_training(tmp_path):
     assert report["rows_in_result_csv"] == 12 and len(report["dropped"]) == 15
     assert {d["reason"] for d in report["dropped"]} <= {"queue full for 0.2 s", "queue full (drop mode)",
                                                          "not acknowledged when training ended"}
+
+
+def test_judge_runs_only_hooked_apis():
+    from msprobe.pytorch.acc_check.online_checker import skip_reason
+    assert skip_reason("Functional.linear.0") == "" and skip_reason("Tensor.add_.3") == ""
+    assert "not in the hooked API list" in skip_reason("Torch.load.0")
+    assert "not in the hooked API list" in skip_reason("Torch.save.0")
+    assert "only Functional, Tensor and Torch" in skip_reason("Distributed.all_reduce.0")

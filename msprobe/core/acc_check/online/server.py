@@ -291,6 +291,8 @@ class OnlineChecker:
         if not isinstance(session, str) or not _SESSION_RE.match(session) or not isinstance(rank, int):
             raise P.ProtocolError("STOP without a valid session and rank")
         self.ended.add(session)
+        if rank not in self.cfg.rank_list:
+            return  # a rank this checker does not judge: no folder, no report
         rank_dir = os.path.join(self.out, f"rank{rank}")
         files = self.files.get(session)
         report = {"session": session, "rank": rank, "host": h.get("host"), "pid": h.get("pid"),
