@@ -365,3 +365,41 @@ def test_judge_runs_only_hooked_apis():
     assert "not in the hooked API list" in skip_reason("Torch.load.0")
     assert "not in the hooked API list" in skip_reason("Torch.save.0")
     assert "only Functional, Tensor and Torch" in skip_reason("Distributed.all_reduce.0")
+
+
+def test_slow_checker_drops_are_exactly_the_gaps(tmp_path, caplog):
+    """A checker far slower than training: training never waits more than put_timeout per outage, and the calls
+    missing from the result CSV are exactly those the report names as dropped."""
+    import threading
+    from msprobe.core.acc_check.online.client import Sender
+    from msprobe.core.acc_check.online.config import OnlineConfig
+    from msprobe.core.acc_check.online.server import OnlineChecker
+
+    def slow_judge(header, tensors):
+        time.sleep(0.01)
+        return {"forward": "pass", "backward": " ", "message": "", "details": []}
+    cfg = OnlineConfig(host="127.0.0.1", port=free_port(), source="test")
+    checker = OnlineChecker(cfg, str(tmp_path / "out"), slow_judge, quiet=True)
+    checker.listen()
+    served = threading.Thread(target=checker.serve, daemon=True)
+    served.start()
+    sender = Sender(cfg, 0, queue_size=4, put_timeout=0.05, window=2, close_timeout=30)
+    payload = memoryview(bytearray(16))
+    for step in range(10):
+        for k in range(20):
+            sender.submit(f"Functional.relu.{k}", step, {"input_args": []},
+                          [("torch.float32", [4], payload)])
+    stats = sender.close()
+    served.join(30)
+    assert not served.is_alive()
+    assert stats["captured"] == 200 and stats["dropped"] > 0
+    assert stats["judged"] + stats["dropped"] == 200
+    judged = {r[0] for r in rows(tmp_path / "out")}
+    assert len(judged) == stats["judged"]
+    dropped = {f"{d['name']}.step{d['step']}" for d in sender.dropped}
+    everything = {f"Functional.relu.{k}.step{s}" for s in range(10) for k in range(20)}
+    assert judged | dropped == everything and not judged & dropped
+    report = json.loads(open(glob.glob(str(tmp_path / "out" / "rank0" / "online_report_*.json"))[0]).read())
+    assert len(report["dropped"]) == stats["dropped"]
+    waits = [r for r in caplog.records if "has not taken a call" in r.getMessage()]
+    assert 1 <= len(waits) < stats["dropped"]   # drop mode: not one put_timeout wait per dropped call
