@@ -202,3 +202,17 @@ def test_jit_function_in_pynative(tmp_path):
     assert len(f0["input_args"]) == 2 and (f0["output"][0]["Max"], f0["output"][0]["Min"]) == (9.0, -2.0)
     assert "Cell.d.Dense.forward.0" in data       # a Cell outside the jit function keeps its hooks
     assert "Cell.d.Dense.forward.1" not in data   # ... and inside g it runs compiled, unhooked
+
+
+def test_second_run_moves_the_first_aside(tmp_path):
+    out = tmp_path / "d"
+    for _ in range(2):
+        res = subprocess.run([sys.executable, str(NET), str(out), "graph", "L1", "statistics", "--infer", "--steps", "1"],
+                             capture_output=True, text=True, timeout=300, env=_env(), cwd=str(tmp_path))
+        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert "moved to previous_" in res.stderr
+    [prev] = [p for p in out.iterdir() if p.name.startswith("previous_")]
+    assert (prev / "step0" / "rank" / "dump.json").is_file() and (prev / "mindspore_dump" / "rank_0" / "graphs").is_dir()
+    data = json.loads((out / "step0" / "rank" / "dump.json").read_text())["data"]
+    assert list(data)[:2] == ["Primitive.matmul.MatMul.0.forward", "Primitive.bias_add.BiasAdd.0.forward"]
+    assert len(data) == 8                          # this run's kernels only, not both runs'

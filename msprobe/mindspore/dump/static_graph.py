@@ -23,8 +23,10 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 
-from msprobe.core.dump.lifecycle import rank_dir_name
+from msprobe.core.dump.errorlog import ErrorLog
+from msprobe.core.dump.lifecycle import PREVIOUS_PREFIX, DumpLifecycle, rank_dir_name
 from msprobe.core.errors import MsprobeError
 
 log = logging.getLogger("msprobe")
@@ -116,6 +118,11 @@ class StaticGraphService:
         self.cfg = cfg
         self.device = device
         self.raw_root = os.path.join(cfg.dump_path, RAW_DIR)
+        self.errors = ErrorLog(cfg.dump_path)
+        self._started = time.strftime("%Y%m%d%H%M%S")
+        self._claimed = set()      # step rank dirs this process wrote (an earlier run's are moved aside)
+        self._set_aside_done = False
+        self._raw_aside()
         self.settings = ms_dump_settings(cfg, self.raw_root, device)
         self.keep_raw = cfg.task == "tensor"
         self.current = 0
@@ -140,6 +147,28 @@ class StaticGraphService:
 
     def rank(self):
         return _rank()
+
+    def _raw_aside(self):
+        """An earlier run's MindSpore dump under dump_path is moved to previous_<time>/ (never mixed, never lost):
+        MindSpore would write this run's iterations into the same folders."""
+        try:
+            if not os.path.isdir(self.raw_root) or not os.listdir(self.raw_root):
+                return
+            dest = os.path.join(self.cfg.dump_path, f"{PREVIOUS_PREFIX}{self._started}", RAW_DIR)
+            k = 1
+            while os.path.lexists(dest):
+                dest = os.path.join(self.cfg.dump_path, f"{PREVIOUS_PREFIX}{self._started}_{k}", RAW_DIR)
+                k += 1
+            os.makedirs(os.path.dirname(dest), mode=0o750, exist_ok=True)
+            os.rename(self.raw_root, dest)
+            log.warning("msprobe: dump_path %s already held %s of an earlier run; moved to %s so that runs are never "
+                        "mixed", self.cfg.dump_path, RAW_DIR, os.path.relpath(dest, self.cfg.dump_path))
+        except OSError as exc:
+            raise MsprobeError(f"dump_path {self.cfg.dump_path}: the earlier run's {RAW_DIR} folder cannot be moved "
+                               f"aside ({exc.strerror or exc}); remove it or choose another dump_path") from None
+
+    # the step folders of an earlier run: moved aside as the PyNative dump does
+    _set_aside = DumpLifecycle._set_aside
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, model=None):
@@ -211,7 +240,11 @@ class StaticGraphService:
                             "the network's first call (and run it in GRAPH_MODE or under @mindspore.jit)", step,
                             rank_root)
             return
+        if not self._set_aside_done:
+            self._set_aside_done = True
+            self._set_aside(rank_dir_name(rank))
         out_dir = os.path.join(cfg.dump_path, f"step{step}", rank_dir_name(rank))
+        self._claimed.add(out_dir)
         records = StepRecords(task=cfg.task, level=cfg.level, summary_mode=cfg.summary_mode, data_mode=cfg.data_mode,
                               tensor_dir=os.path.join(out_dir, "dump_tensor_data") if cfg.task == "tensor" else None,
                               precision=cfg.precision)
