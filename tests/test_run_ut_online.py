@@ -403,3 +403,16 @@ def test_slow_checker_drops_are_exactly_the_gaps(tmp_path, caplog):
     assert len(report["dropped"]) == stats["dropped"]
     waits = [r for r in caplog.records if "has not taken a call" in r.getMessage()]
     assert 1 <= len(waits) < stats["dropped"]   # drop mode: not one put_timeout wait per dropped call
+
+
+def test_queue_is_bounded_in_bytes_too(tmp_path):
+    from msprobe.core.acc_check.online.client import Sender
+    from msprobe.core.acc_check.online.config import OnlineConfig
+    cfg = OnlineConfig(host="127.0.0.1", port=free_port(), source="test")   # nobody listens
+    sender = Sender(cfg, 0, queue_size=64, put_timeout=0.05, close_timeout=0.1)
+    sender.queue_bytes = 1500
+    kb = memoryview(bytearray(1024))
+    queued = [sender.submit(f"Functional.relu.{k}", 0, {}, [("torch.uint8", [1024], kb)]) for k in range(3)]
+    assert queued == [True, False, False]       # a second KiB would pass 1500 bytes: waited, then dropped
+    stats = sender.close(0.1)
+    assert stats["captured"] == 3 and stats["dropped"] == 3 and stats["unsent_at_close"] == 1

@@ -3,7 +3,8 @@ directory, resending after a reconnect, and a drop-and-report policy that never 
 
 Policy (docs/acc_check.md "Online pre-check"):
 
-* ``submit`` puts one API call into a queue of ``queue_size`` items. When the queue is full, the training thread
+* ``submit`` puts one API call into a queue of ``queue_size`` items (and ``QUEUE_BYTES`` tensor bytes). When the
+  queue is full, the training thread
   waits up to ``put_timeout`` seconds for room (back-pressure: a slower checker slows training down, nothing is
   lost). If the wait runs out, that call is dropped and the sender enters *drop mode*: further calls are dropped
   at once (no waiting) until the queue has drained to half, so a dead checker costs training one wait per outage.
@@ -35,6 +36,7 @@ from msprobe.core.acc_check.online.config import OnlineConfig
 log = logging.getLogger("msprobe")
 
 QUEUE_SIZE = 64
+QUEUE_BYTES = 1 << 30        # the queue also holds at most this many tensor bytes (one larger call is let in alone)
 PUT_TIMEOUT = 60.0
 WINDOW = 16
 CONNECT_TIMEOUT = 5.0
@@ -43,11 +45,13 @@ MAX_DROP_NAMES = 10000
 
 
 class Item:
-    __slots__ = ("seq", "name", "step", "record", "tensors", "frame")
+    __slots__ = ("seq", "name", "step", "record", "tensors", "frame", "nbytes")
 
-    def __init__(self, seq: int, name: str, step: int, record: dict, tensors: Sequence[Tuple[str, List[int], Any]]):
+    def __init__(self, seq: int, name: str, step: int, record: dict, tensors: Sequence[Tuple[str, List[int], Any]],
+                 nbytes: int = 0):
         self.seq, self.name, self.step, self.record, self.tensors = seq, name, step, record, tensors
         self.frame = None
+        self.nbytes = nbytes
 
     def encode(self, session: str, rank: int) -> List[Any]:
         if self.frame is None:
@@ -90,6 +94,8 @@ class Sender:
         self.close_timeout = CLOSE_TIMEOUT if close_timeout is None else close_timeout
         self.session = f"{socket.gethostname()[:32]}-{os.getpid()}-{uuid.uuid4().hex[:12]}".replace(".", "_")
         self._q: collections.deque = collections.deque()
+        self._q_bytes = 0
+        self.queue_bytes = QUEUE_BYTES
         self._inflight: "collections.OrderedDict[int, Item]" = collections.OrderedDict()
         self._cv = threading.Condition()
         self._seq = 0
@@ -111,11 +117,12 @@ class Sender:
                 if self._closing:
                     return False
                 self.stats["captured"] += 1
-                if len(self._q) >= self.queue_size:
+                size = sum(memoryview(t[2]).nbytes for t in tensors)
+                if self._full(size):
                     if self._drop_mode:
                         return self._drop(name, step, "queue full (drop mode)")
                     deadline = time.monotonic() + self.put_timeout
-                    while len(self._q) >= self.queue_size:
+                    while self._full(size):
                         left = deadline - time.monotonic()
                         if left <= 0:
                             self._drop_mode = True
@@ -128,14 +135,27 @@ class Sender:
                     self._drop_mode = False
                     log.warning("msprobe online run_ut: the checker caught up; %d calls dropped so far",
                                 self.stats["dropped"])
-                item = Item(self._seq, name, step, record, tensors)
+                item = Item(self._seq, name, step, record, tensors, size)
                 self._seq += 1
                 self._q.append(item)
+                self._q_bytes += size
                 self._cv.notify_all()
                 return True
         except Exception as exc:  # noqa: BLE001 - never into the training
             log.warning("msprobe online run_ut: %s not queued: %s", name, exc)
             return False
+
+    def _full(self, size: int) -> bool:
+        return len(self._q) >= self.queue_size or bool(self._q and self._q_bytes + size > self.queue_bytes)
+
+    def _take(self) -> "Item":
+        item = self._q.popleft()
+        self._q_bytes -= item.nbytes
+        return item
+
+    def _put_back(self, item: "Item") -> None:
+        self._q.appendleft(item)
+        self._q_bytes += item.nbytes
 
     def _drop(self, name: str, step: int, reason: str) -> bool:
         self.stats["dropped"] += 1
@@ -165,6 +185,7 @@ class Sender:
                 for it in unsent:
                     self._drop(it.name, it.step, "not acknowledged when training ended")
                 self._q.clear()
+                self._q_bytes = 0
                 self._inflight.clear()
         self._thread.join(2.0)
         if self.cfg.nfs_path and not self._ok.is_set():
@@ -248,7 +269,7 @@ class Sender:
                     pass
             with self._cv:  # unacknowledged calls go back to the front of the queue, in order
                 for seq in reversed(list(self._inflight)):
-                    self._q.appendleft(self._inflight[seq])
+                    self._put_back(self._inflight[seq])
                     self.stats["resent"] += 1
                 self._inflight.clear()
 
@@ -284,7 +305,7 @@ class Sender:
                     if self._give_up:
                         return False
                     if self._q and len(self._inflight) < self.window:
-                        item = self._q.popleft()
+                        item = self._take()
                         self._inflight[item.seq] = item
                         self._cv.notify_all()
                     else:
@@ -365,7 +386,7 @@ class Sender:
                 if not (self._q and len(self._inflight) < self.window):
                     self._cv.wait(0.05)
                     continue
-                item = self._q.popleft()
+                item = self._take()
                 self._inflight[item.seq] = item
                 self._cv.notify_all()
             try:
@@ -379,7 +400,7 @@ class Sender:
                     warned = True
                 with self._cv:
                     self._inflight.pop(item.seq, None)
-                    self._q.appendleft(item)
+                    self._put_back(item)
                     self._cv.wait(0.5)
         self._write(base + ".end", P.encode(P.STOP, self._stop_header()))
         # the checker takes .end once every .msg of the session is gone, writes its report and deletes .end
