@@ -416,3 +416,25 @@ def test_queue_is_bounded_in_bytes_too(tmp_path):
     assert queued == [True, False, False]       # a second KiB would pass 1500 bytes: waited, then dropped
     stats = sender.close(0.1)
     assert stats["captured"] == 3 and stats["dropped"] == 3 and stats["unsent_at_close"] == 1
+
+
+def test_garbage_on_the_port_is_dropped_and_the_checker_goes_on(tmp_path):
+    import threading
+    from msprobe.core.acc_check.online.client import Sender
+    from msprobe.core.acc_check.online.config import OnlineConfig
+    from msprobe.core.acc_check.online.server import OnlineChecker
+    cfg = OnlineConfig(host="127.0.0.1", port=free_port(), source="test")
+    checker = OnlineChecker(cfg, str(tmp_path / "out"), lambda h, t: {"forward": "pass", "backward": " ",
+                                                                      "message": "", "details": []}, quiet=True)
+    checker.listen()
+    served = threading.Thread(target=checker.serve, daemon=True)
+    served.start()
+    with socket.create_connection(("127.0.0.1", cfg.port)) as raw:
+        raw.sendall(b"\x80\x04\x95 a pickle, say" * 8)
+    sender = Sender(cfg, 0, close_timeout=30)
+    for k in range(3):
+        sender.submit(f"Functional.relu.{k}", 0, {}, [])
+    stats = sender.close()
+    served.join(30)
+    assert not served.is_alive()
+    assert checker.counts.bad_frames == 1 and stats["judged"] == 3 and len(rows(tmp_path / "out")) == 3
