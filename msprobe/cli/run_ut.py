@@ -53,6 +53,10 @@ def add_arguments(p: argparse.ArgumentParser, multi: bool = False) -> None:
                    help="time limit of one API (default 300); a slower one is stopped and written as SKIP")
     p.add_argument("--data_mode", dest="data_mode", choices=("auto", "random_data", "real_data"), default="auto",
                    help="auto (default): the recorded tensors when the dump has them, else random data from statistics")
+    p.add_argument("--bench", dest="benchmark", choices=("same", "pytorch"), default="same",
+                   help="MindSpore dumps: the benchmark: same (default): the same MindSpore API in higher precision; "
+                        "pytorch: the PyTorch API of the MindSpore-to-PyTorch API table on the CPU in higher precision "
+                        "(needs torch next to MindSpore)")
     p.add_argument("-q", "--quiet", dest="quiet", action="store_true", help="quiet: no live progress display and no info lines; only warnings, errors and the one-line "
                         "summary (with the result CSV's path)")
 
@@ -72,7 +76,7 @@ def options(args: argparse.Namespace, command: str):
                    jobs=jobs, devices=list(args.device_id), csv_path=args.result_csv_path, filter_api=args.filter_api,
                    config=args.config_path, timeout=args.timeout, data_mode=args.data_mode,
                    jit_compile=bool(args.jit_compile or args.jobs == 0), command=command, quiet=args.quiet,
-                   framework=getattr(args, "framework", None))
+                   framework=getattr(args, "framework", None), benchmark=args.benchmark)
 
 
 def run(args: argparse.Namespace) -> int:

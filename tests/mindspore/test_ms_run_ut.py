@@ -136,6 +136,49 @@ def test_noise_in_one_op_fails_exactly_that_api(tmp_path, dumps):
     assert {r[0] for r in arows if "error" in r[1:3]} == {"MintFunctional.softmax.0"}
 
 
+def _torch_prelude():
+    """Code that makes torch importable next to MindSpore (appended to sys.path, so MindSpore's numpy wins), or
+    None when no torch is to be found (this venv or the repository's .venv)."""
+    try:
+        import importlib.metadata
+
+        importlib.metadata.distribution("torch")
+        return ""
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    site = ROOT / ".venv" / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    if (site / "torch").is_dir():
+        return f"import sys\nsys.path.append({str(site)!r})\n"
+    return None
+
+
+def test_pytorch_benchmark_through_the_api_table(tmp_path, dumps):
+    prelude = _torch_prelude()
+    if prelude is None:
+        pytest.skip("--bench pytorch needs torch: neither this venv nor the repository's .venv has it")
+    out = tmp_path / "out"
+    proc = run_cli(["-f", "mindspore", "run_ut", "-api_info", dumps["statistics"], "-o", out, "-j", "2",
+                    "--bench", "pytorch"], prelude=prelude + NOISE)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, rows = read_csv(outputs(out)[0])
+    assert [r[0] for r in rows] == APIS
+    # every API judged forward and backward against torch (0-d outputs of Tensor.mean/sum/__add__ included) ...
+    assert all(r[1] in ("pass", "error") and r[2] in ("pass", "error") for r in rows), rows
+    # ... and only the noisy one fails
+    assert {r[0] for r in rows if "error" in r[1:3]} == {"MintFunctional.softmax.0"}
+    _, drows = read_csv(outputs(out)[1])
+    d = {r[0]: dict(zip(DETAILS_HEADER, r)) for r in drows}
+    assert d["MintFunctional.softmax.0.forward.output.0"]["Status"] == "error"
+    assert d["Tensor.__add__.0.forward.output.0"]["Shape"] == "()"
+    assert len(drows) == 30
+    if prelude:  # torch is not in this venv: without the path it is one line, and nothing is left behind
+        none = tmp_path / "none"
+        proc = run_cli(["-f", "mindspore", "run_ut", "-api_info", dumps["statistics"], "-o", none, "--bench", "pytorch"])
+        lines = [ln for ln in proc.stderr.strip().splitlines() if ln.startswith("msprobe: error:")]
+        assert proc.returncode == 2 and len(lines) == 1 and "needs PyTorch" in lines[0], proc.stderr[-2000:]
+        assert not none.exists()
+
+
 def test_tensor_dump_real_data_through_acc_check(tmp_path, dumps):
     out = tmp_path / "out"
     proc = run_cli(["acc_check", "-api_info", dumps["tensor"], "-o", out, "-j", "2"])  # framework from dump.json
@@ -182,6 +225,9 @@ def test_bad_input_is_one_line(tmp_path, dumps, capsys):
     assert main(["-f", "mindspore", "run_ut", "-api_info", str(pt), "-o", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "is a pytorch dump" in err[0], err
+    assert main(["-f", "pytorch", "run_ut", "-api_info", str(pt), "-o", str(out), "--bench", "pytorch"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--bench pytorch is for MindSpore dumps" in err[0], err
     mt = tmp_path / "mt.json"
     mt.write_text(json.dumps({"task": "statistics", "framework": "mindtorch", "data": {}}))
     assert main(["acc_check", "-api_info", str(mt), "-o", str(out)]) == 2

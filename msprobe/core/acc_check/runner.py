@@ -45,6 +45,7 @@ class Options:
     quiet: bool = False
     seed: int = 1234
     framework: Optional[str] = None   # -f: pytorch / mindspore; None: the dump's "framework" field decides
+    benchmark: str = "same"           # MindSpore dumps: "same" (the MindSpore API in higher precision) or "pytorch"
 
 
 @dataclass
@@ -105,10 +106,15 @@ def _run(opts: Options, target: Optional[str]) -> Summary:
     if opts.framework and opts.framework != plan.framework:
         raise MsprobeError(f"dump.json {plan.dump_json} is a {plan.framework} dump (its \"framework\" field), but "
                            f"-f {opts.framework} was given; use -f {plan.framework} (or acc_check, which reads it)")
+    if opts.benchmark == "pytorch" and plan.framework != "mindspore":
+        raise MsprobeError(f"--bench pytorch is for MindSpore dumps; dump.json {plan.dump_json} is a {plan.framework} "
+                           f"dump, whose benchmark is PyTorch already")
     target = target or CHECKERS[plan.framework]
+    created = None  # the output folder, when this run made it (removed again if the run does not start)
     if opts.csv_path:
         files = open_resume(opts.csv_path)
     else:
+        created = None if os.path.isdir(opts.out_path or "./") else os.path.abspath(opts.out_path)
         out = ensure_output_dir(opts.out_path or "./")
         files = ResultFiles.create(out, free_timestamp(out))
     log.info("%s: read 1 dump (%d APIs, %d to run) in %.2f s", opts.command, len(plan.items), len(plan.runnable),
@@ -130,11 +136,12 @@ def _run(opts: Options, target: Optional[str]) -> Summary:
                     os.unlink(path)
                 except OSError:
                     pass
-            if error_dir:
-                try:
-                    os.rmdir(error_dir)
-                except OSError:
-                    pass
+            for folder in (error_dir, created):
+                if folder:
+                    try:
+                        os.rmdir(folder)
+                    except OSError:
+                        pass
         raise
     finally:
         files.close()
@@ -174,7 +181,8 @@ def _execute(plan: Plan, files: ResultFiles, opts: Options, error_dir: Optional[
     flush()
     names = [t["name"] for t in tasks]
     init = {"devices": opts.devices, "real_data": plan.real_data, "error_dir": error_dir, "seed": opts.seed,
-            "workers": opts.jobs, "dump_json": plan.dump_json, "jit_compile": opts.jit_compile}
+            "workers": opts.jobs, "dump_json": plan.dump_json, "jit_compile": opts.jit_compile,
+            "benchmark": opts.benchmark}
     with Progress(opts.command, display=display_wanted(quiet=opts.quiet)) as prog:
         job = prog.job()
         job("check", 0, len(tasks), unit="APIs")
@@ -239,6 +247,9 @@ def _print_summary(s: Summary, word: str, quiet: bool = False) -> None:
         print("worst outputs:")
         for d in s.worst:
             ratio = d.get("_ratio")
+            if d.get("_metric") is None:  # decided before any metric (types, shapes, counts)
+                print(f"  {d['API Name']}  {d['Status']}  {d.get('Message') or ''}")
+                continue
             what = f"{d.get('_metric')} " + (f"ratio {ratio:.4g}" if isinstance(ratio, float) else
                                               f"{d.get('_value'):.4g}" if isinstance(d.get("_value"), float) else "")
             print(f"  {d['API Name']}  {d['Status']}  {TITLES.get(d.get('_std'), d.get('_std'))}: {what}")

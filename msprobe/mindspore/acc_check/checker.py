@@ -34,8 +34,13 @@ def make_checker(init: Dict[str, Any], k: int):
         ms.set_device("CPU")
     else:
         ms.set_device(device, ids[k % len(ids)])
+    bench = None
+    if init.get("benchmark") == "pytorch":
+        from msprobe.mindspore.acc_check.torch_bench import TorchBench
+
+        bench = TorchBench()
     return Checker(rt, device, bool(init["real_data"]), init.get("error_dir"), int(init.get("seed", 1234)),
-                   init["dump_json"]).check
+                   init["dump_json"], bench).check
 
 
 def _skip(message: str) -> Dict:
@@ -43,9 +48,11 @@ def _skip(message: str) -> Dict:
 
 
 class Checker:
-    def __init__(self, rt, device: str, real_data: bool, error_dir: Optional[str], seed: int, dump_json: str):
+    def __init__(self, rt, device: str, real_data: bool, error_dir: Optional[str], seed: int, dump_json: str,
+                 torch_bench=None):
         self.rt, self.device, self.real, self.error_dir, self.seed = rt, device, real_data, error_dir, seed
         self.dump_json = dump_json
+        self.torch_bench = torch_bench  # None: the benchmark is the same MindSpore API in higher precision
 
     def check(self, task: Dict) -> Dict:
         rt = self.rt
@@ -71,6 +78,14 @@ class Checker:
             fn = rt.resolve_api(case.kind, case.func)
         except SystemExit as exc:
             return _skip(f"API {name}: {str(exc.code).replace('error: ', '', 1)}. SKIP.")
+        tfn = None
+        if self.torch_bench is not None:
+            from msprobe.mindspore.acc_check.torch_bench import NoTorchApi
+
+            try:
+                tfn = self.torch_bench.resolve(case.kind, case.func)
+            except NoTorchApi as exc:
+                return _skip(f"API {name}: {exc}; no PyTorch benchmark. SKIP.")
         ns = vars(rt)
         std = standard_of(case.func)
         spec = dict(FULL_NAME=name, API=(case.kind, case.func), PROPAGATION="forward", STANDARD=std, DATA_MODE=mode,
@@ -81,7 +96,7 @@ class Checker:
                                  spec["RECORDED_OUTPUTS"] or []])
         bdtype = rt.bench_dtype([s for s in everything if isinstance(s, rt.T)]
                                 + [rt.T(d.name, []) for d in everything if isinstance(d, rt.DType)], self.device)
-        fwd_runs, failure = self._run(spec, fn, bdtype)
+        fwd_runs, failure = self._run(spec, fn, bdtype, tfn)
         if failure:
             return _skip(f"Run {name} UT Error: {failure}")
         details = self._compare(f"{name}.forward", std, fwd_runs)
@@ -89,7 +104,7 @@ class Checker:
         backward = " "
         bwd_runs = None
         if with_bwd:
-            bwd_runs, failure = self._run(dict(spec, PROPAGATION="backward"), fn, bdtype)
+            bwd_runs, failure = self._run(dict(spec, PROPAGATION="backward"), fn, bdtype, tfn)
             if failure:
                 bwd_note = f"backward failed: {failure}"
                 backward = "SKIP"
@@ -114,18 +129,40 @@ class Checker:
         rng = np.random.RandomState(self.seed % (2 ** 32))  # every run rebuilds the same inputs
         return lambda s: rt.random_array(s, rng)
 
-    def _run(self, spec, fn, bdtype):
+    def _run(self, spec, fn, bdtype, tfn=None):
         rt = self.rt
         import mindspore as ms
 
         ms.set_seed(self.seed % (2 ** 31))
         try:
+            if tfn is not None:
+                return self._run_torch_bench(spec, fn, tfn, bdtype), None
             return rt.run_iteration(spec, fn, self._make(), bdtype, self.device), None
         except rt.RunFailed as failed:
             text = str(failed.exc).strip().splitlines()[0] if str(failed.exc).strip() else ""
             return None, f"the {failed.label} run on {failed.device} failed: {type(failed.exc).__name__}: {text}"
         except SystemExit as exc:
             return None, str(exc.code).replace("error: ", "", 1)
+
+    def _run_torch_bench(self, spec, fn, tfn, bdtype):
+        """The device run of the MindSpore API and the PyTorch benchmark on the same rebuilt inputs."""
+        rt = self.rt
+        import mindspore as ms
+
+        make = self._make()
+        args = rt.materialise(spec["ARGS"], lambda t: rt.value_of(t, make))
+        kwargs = rt.materialise(spec["KWARGS"], lambda t: rt.value_of(t, make))
+        grads = rt.materialise(spec.get("GRADS", []), lambda t: rt.value_of(t, make))
+        prop = spec["PROPAGATION"]
+        device = rt.guarded("device", self.device, lambda: rt.settled(
+            rt.run_once(fn, rt.place(args), rt.place(kwargs), prop, rt.place(grads))))
+        torch_fn, torch_name = tfn
+        wide = bdtype == ms.float64 or any(rt.dname(v.dtype) in ("float32", "float64")
+                                           for v in rt.flatten([args, list(kwargs.values())])
+                                           if isinstance(v, rt.Value))
+        bench = rt.guarded("bench", f"the CPU ({torch_name})",
+                           lambda: self.torch_bench.run(rt, torch_fn, args, kwargs, grads, prop, wide))
+        return {"device": device, "bench": bench}
 
     # ------------------------------------------------------------------ judging
     def _compare(self, prefix: str, std: str, runs) -> List[Dict]:
