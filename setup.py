@@ -2,7 +2,7 @@
 import os
 import re
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -32,8 +32,15 @@ DATA_PACKAGES = [
 ]
 
 
+# Optional one-pass float32 statistics for the dump (msprobe/_native/fstats.c): a build failure (no compiler)
+# only costs speed, msprobe falls back to numpy/torch.
+NATIVE = [Extension("msprobe._native._fstats", ["msprobe/_native/fstats.c"], optional=True,
+                    extra_compile_args=["-O3", "-fno-math-errno"])]
+
+
 setup(
     name="msprobe",
+    ext_modules=NATIVE,
     version=read_version(),
     description="Precision debugging for deep-learning training: dump, compare and analyse "
                 "(compatible with MindStudio Probe)",

@@ -75,3 +75,15 @@ def derived_records(data: dict, low: Optional[str]) -> Dict[int, float]:
         for r in chosen:
             derived[id(r)] = LOW_ULPS * eps * scale
     return derived
+
+
+def stat_tol(rec: dict, key: str, tol: float) -> float:
+    """The tolerance of one statistic of a derived record: ``tol`` (LOW_ULPS eps at the entry's scale), but at
+    least LOW_ULPS eps of the record's own dtype at the value itself. A Norm is larger than every element, so
+    the entry's Max/Min scale can be below one unit in the last place of a low-precision Norm (seen: an fp16
+    conv gradient's Norm one fp16 ulp apart on two CPUs, with the scale's tolerance below that ulp)."""
+    eps = EPS.get(rec.get("dtype"))
+    value = rec.get(key)
+    if eps is None or not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        return tol
+    return max(tol, LOW_ULPS * eps * abs(value))

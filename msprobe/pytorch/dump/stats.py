@@ -6,9 +6,15 @@ tensor's own device when the record is made (so in-place ops that follow cannot 
 kept there as 0-dim tensors; :meth:`StatBuffer.resolve` stacks every pending scalar of a device and
 moves them to the host with a single ``tolist()``, then writes the numbers into the records.
 
-Three reductions per tensor: ``aminmax`` (one pass), ``sum`` (accumulated in float32; the mean is
-``sum / numel``, divided and rounded to the tensor's dtype at resolve time, as ``torch.mean``
-does) and ``vector_norm``. A tensor that is recorded again unchanged (same object, same version
+A contiguous float32 CPU tensor (the common case of a CPU run) is measured in one pass by the compiled
+kernel of msprobe/_native/fstats.c (Max, Min, sum and sum of squares; the sums in float32 lanes over
+blocks of 256 values, then in double, so Mean and Norm are as exact as torch's float32 reductions or
+more; a float32 sum that overflows is inf, as torch's). Without that kernel,
+or for a strided float32 view, Max and Min come from numpy on a view of the same memory and the sums
+from torch. Other tensors take three reductions: ``aminmax`` (one pass), ``sum`` (accumulated in
+float32; the mean is ``sum / numel``, divided and rounded to the tensor's dtype at resolve time, as
+``torch.mean`` does) and ``vector_norm``. Under ``"api_capture": "reference"`` (exact_norm) the sums
+and the norm are torch's own, so both tools' numbers agree to the bit. A tensor that is recorded again unchanged (same object, same version
 counter: a weight used by several calls, an output that feeds the next API, a gradient passed
 along) reuses its pending statistics instead of launching new reductions. The version counter is
 only trusted for ops that bump it: after a call that may write through a backend (collectives,
@@ -25,8 +31,10 @@ import struct
 import threading
 import weakref
 
+import numpy as np
 import torch
 
+from msprobe._native import f32_stats as _F32_STATS
 from msprobe.core.crc import crc32 as fast_crc32
 from msprobe.core.dump.writer import number
 
@@ -35,6 +43,9 @@ _FLOAT_KEEP = (torch.float32, torch.float16, torch.bfloat16)
 _PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
 _F32 = torch.float32
 _CPU = torch.device("cpu")
+_NP_MAX = np.maximum.reduce
+_F32_MAX = 3.4028234663852886e38
+_NP_MIN = np.minimum.reduce
 
 
 def _tensor_type_name(t):
@@ -208,7 +219,7 @@ def crc32_deferred(t):
 
 class _Slot:
     """Pending statistics of one tensor value, shared by every record of that value."""
-    __slots__ = ("kind", "recs", "numel", "dtype", "md5", "path", "path_shape")
+    __slots__ = ("kind", "recs", "numel", "dtype", "md5", "path", "path_shape", "mxmn")
 
     def __init__(self, kind, rec, numel, dtype):
         self.kind = kind
@@ -218,12 +229,13 @@ class _Slot:
         self.md5 = None
         self.path = None        # tensor mode: the file this value was first saved to
         self.path_shape = None  # ... and the shape it was saved with (an alias of another shape is not linked)
+        self.mxmn = None        # float32 on CPU: kinds 5, 6 (Max, Min); kind 7 (Max, Min, sum, sum of squares)
 
 
 class StatBuffer:
     """Pending on-device statistics of the records made since the last resolve."""
 
-    __slots__ = ("precision_high", "exact_norm", "_scalars", "_slots", "_seen", "_alias", "_count", "error")
+    __slots__ = ("precision_high", "exact_norm", "_scalars", "_slots", "_seen", "_alias", "_count", "_done", "error")
 
     def __init__(self, precision="low", exact_norm=False):
         self.precision_high = precision == "high"
@@ -242,6 +254,7 @@ class StatBuffer:
         self._slots = {}     # device -> list of _Slot (in the order of their scalars)
         self._seen = {}      # id(tensor) -> (weakref, version, _Slot)
         self._alias = {}     # (id(root base), storage offset, numel, dtype) -> (weakref(root), version, _Slot)
+        self._done = []      # slots whose numbers are known already (kind 7: the compiled float32 kernel)
         self._count = 0
 
     def cached(self, t, rec):
@@ -295,24 +308,53 @@ class StatBuffer:
 
     def add(self, rec, t, orig=None):
         """Launch the statistics of ``t`` (plain, detached) for ``rec``; returns the slot (None if no data)."""
-        dtype = t.dtype
-        if dtype is _F32 and not self.precision_high and not self.exact_norm and t.__class__ in _PLAIN_TYPES:
-            # the common case first: a dense float32 CPU tensor, three passes (aminmax, sum, BLAS dot)
-            n = t.numel()
-            if n and t.ndim and t.is_contiguous() and t.is_cpu:
-                v = t.view(-1)
-                mn, mx = torch.aminmax(v)
-                slot = _Slot(4, rec, n, dtype)
-                lst = self._scalars.get(_CPU)
-                if lst is None:
-                    lst = self._scalars[_CPU] = []
-                    self._slots[_CPU] = []
-                lst += (mx, mn, torch.sum(v), torch.dot(v, v))
-                self._slots[_CPU].append(slot)
-                self._count += 1
+        if t.dtype is _F32 and t.__class__ in _PLAIN_TYPES and t.is_cpu:
+            slot = self._add_f32_cpu(rec, t)   # the common case first
+            if slot is not None:
                 if orig is not None:
                     self._remember(orig, slot)
                 return slot
+        return self._add_general(rec, t, orig)
+
+    def _add_f32_cpu(self, rec, t):
+        """A dense float32 CPU tensor: Max and Min now, by numpy's SIMD reductions on a view of the same memory
+        (exact and NaN-propagating like torch's; 2-5x faster than ``torch.aminmax``, 20x on transposed views);
+        the sum and the sum of squares (BLAS dot when contiguous, else ``vector_norm``) pending. None when
+        numpy cannot view it (empty, 0-dim, conj/neg-bit views): the general path takes it."""
+        n = t.numel()
+        if not n or not t.ndim or t.layout is not _STRIDED:
+            return None
+        try:
+            a = t.numpy()
+        except (RuntimeError, TypeError, ValueError):
+            return None
+        if _F32_STATS is not None and not self.exact_norm and a.flags.c_contiguous:
+            # one pass of the compiled kernel (msprobe/_native/fstats.c): the numbers are final now
+            mx, mn, total, sq = _F32_STATS(a)
+            slot = _Slot(7, rec, n, _F32)
+            slot.mxmn = (mx, mn, total, sq)
+            self._done.append(slot)
+            self._count += 1
+            return slot
+        slot = _Slot(5, rec, n, _F32)
+        slot.mxmn = (float(_NP_MAX(a, axis=None)), float(_NP_MIN(a, axis=None)))
+        lst = self._scalars.get(_CPU)
+        if lst is None:
+            lst = self._scalars[_CPU] = []
+            self._slots[_CPU] = []
+        if not self.exact_norm and t.is_contiguous():
+            v = t.view(-1)
+            lst += (torch.sum(v), torch.dot(v, v))
+        else:
+            # exact_norm (api_capture "reference"): the norm by vector_norm, as the reference computes it
+            slot.kind = 6
+            lst += (torch.sum(t), torch.linalg.vector_norm(t))
+        self._slots[_CPU].append(slot)
+        self._count += 1
+        return slot
+
+    def _add_general(self, rec, t, orig):
+        dtype = t.dtype
         if _no_data(t):
             return None
         kind = 0
@@ -331,6 +373,11 @@ class StatBuffer:
             if dtype not in _FLOAT_KEEP or self.precision_high:
                 t = t.float()
                 dtype = _F32
+                if t.is_cpu:
+                    slot = self._add_f32_cpu(rec, t)
+                    if slot is not None:
+                        self._remember(orig, slot)
+                        return slot
             if t.dim() == 0:
                 vals = (t.clone(),)   # a copy: later in-place ops (all_reduce, add_) must not change it
                 kind = 3
@@ -372,8 +419,10 @@ class StatBuffer:
 
     def resolve(self):
         """Move every pending statistic to the host (one transfer per device) and fill the records."""
-        scalars, slots = self._scalars, self._slots
+        scalars, slots, done = self._scalars, self._slots, self._done
         self.clear()
+        if done:
+            _fill_done(done)
         low = {}   # dtype -> list of (slot index info) needing rounding of the mean / norm
         batches = []
         for dev, lst in scalars.items():
@@ -393,6 +442,25 @@ class StatBuffer:
             pos = 0
             for slot in dev_slots:
                 kind = slot.kind
+                if kind >= 5:
+                    mx, mn = slot.mxmn   # float32 on CPU: Max and Min are already known
+                    total, sq = flat[pos:pos + 2]
+                    pos += 2
+                    if kind == 5:
+                        norm = unpack(pack(sqrt(sq)))[0] if sq == sq and sq >= 0 else sq
+                    else:
+                        norm = sq
+                    mean = total / slot.numel
+                    if isfinite(total) and isfinite(norm):
+                        mean = unpack(pack(mean))[0]
+                        for rec in slot.recs:
+                            rec["Max"] = mx
+                            rec["Min"] = mn
+                            rec["Mean"] = mean
+                            rec["Norm"] = norm
+                    else:
+                        _fill(slot, mx, mn, _round_f32(mean), norm)
+                    continue
                 if kind == 4:
                     # float32 on CPU (the common case): a finite sum means every element is finite, so Max and
                     # Min are too; with a finite sum of squares nothing needs the non-finite markers
@@ -438,7 +506,7 @@ class StatBuffer:
 
 
 _PACK_F32 = struct.Struct("f")
-_N_SCALARS = {0: 4, 1: 2, 2: 3, 3: 1, 4: 4}     # scalars per slot, by kind
+_N_SCALARS = {0: 4, 1: 2, 2: 3, 3: 1, 4: 4, 5: 2, 6: 2, 7: 0}     # scalars per slot, by kind
 
 
 def _one_by_one(lst, slots):
@@ -457,6 +525,39 @@ def _one_by_one(lst, slots):
         flat += vals
         good.append(slot)
     return flat, good
+
+
+def _to_f32(v):
+    """``v`` rounded to float32, beyond float32's range +-inf (as a float32 reduction would have overflowed)."""
+    try:
+        return _PACK_F32.unpack(_PACK_F32.pack(v))[0]
+    except OverflowError:
+        return math.copysign(math.inf, v)
+
+
+def _fill_done(slots):
+    """Kind 7 slots: Max, Min, the sum and the sum of squares from the one-pass kernel (sums in double)."""
+    isfinite, sqrt = math.isfinite, math.sqrt
+    pack, unpack = _PACK_F32.pack, _PACK_F32.unpack
+    for slot in slots:
+        mx, mn, total, sq = slot.mxmn
+        if isfinite(total) and isfinite(sq):
+            mean = total / slot.numel
+            norm = sqrt(sq)
+            if abs(mean) < _F32_MAX and norm < _F32_MAX:
+                mean = unpack(pack(mean))[0]
+                norm = unpack(pack(norm))[0]
+                for rec in slot.recs:
+                    rec["Max"] = mx
+                    rec["Min"] = mn
+                    rec["Mean"] = mean
+                    rec["Norm"] = norm
+                continue
+            _fill(slot, mx, mn, _to_f32(mean), _to_f32(norm))
+            continue
+        mean = total / slot.numel if total == total else total
+        norm = sqrt(sq) if sq == sq else sq
+        _fill(slot, mx, mn, mean, norm)
 
 
 def _round_f32(v):

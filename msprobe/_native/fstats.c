@@ -1,0 +1,172 @@
+/* One pass over a contiguous float32 buffer: Max, Min, sum and sum of squares (msprobe's statistics).
+ *
+ * The dump measures every tensor it records; torch needs three or four passes over memory for these
+ * numbers (aminmax, sum, dot or vector_norm), each bound by memory bandwidth on big tensors. This
+ * reads the data once. Sums are accumulated in double (several independent lanes), so the mean and the
+ * norm are at least as exact as torch's float32 reductions. Max/Min follow torch: any NaN makes both NaN.
+ *
+ * AVX2+FMA on x86-64 CPUs that have it (sums in float32 lanes over blocks of 256 values, then in double),
+ * a portable scalar loop elsewhere. The module is optional: msprobe falls back to numpy/torch without it.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <string.h>
+
+typedef struct {
+    double mx, mn, sum, sq;
+    int nan;
+} fstats_t;
+
+/* The portable loop: scalar, several independent double accumulators. */
+static void fstats_scalar(const float *p, Py_ssize_t n, fstats_t *out) {
+    double mx = -INFINITY, mn = INFINITY;
+    double s[4] = {0, 0, 0, 0}, q[4] = {0, 0, 0, 0};
+    int nan = 0;
+    Py_ssize_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        for (int k = 0; k < 4; k++) {
+            double x = p[i + k];
+            if (x != x) {
+                nan = 1;
+                continue;
+            }
+            if (x > mx) mx = x;
+            if (x < mn) mn = x;
+            s[k] += x;
+            q[k] += x * x;
+        }
+    }
+    for (; i < n; i++) {
+        double x = p[i];
+        if (x != x) {
+            nan = 1;
+            continue;
+        }
+        if (x > mx) mx = x;
+        if (x < mn) mn = x;
+        s[0] += x;
+        q[0] += x * x;
+    }
+    out->mx = mx;
+    out->mn = mn;
+    out->sum = (s[0] + s[1]) + (s[2] + s[3]);
+    out->sq = (q[0] + q[1]) + (q[2] + q[3]);
+    out->nan = nan;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define MSP_HAVE_AVX2 1
+#define MSP_BLOCK 256   /* floats summed in float32 lanes before the block's sums go to double */
+
+__attribute__((target("avx2,fma")))
+static inline __m256d msp_widen_add(__m256d acc, __m256 v) {
+    acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+    return _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+}
+
+__attribute__((target("avx2,fma")))
+static void fstats_avx2(const float *p, Py_ssize_t n, fstats_t *out) {
+    __m256 mx0 = _mm256_set1_ps(-INFINITY), mx1 = mx0;
+    __m256 mn0 = _mm256_set1_ps(INFINITY), mn1 = mn0;
+    __m256 bad = _mm256_setzero_ps();
+    __m256d sd = _mm256_setzero_pd(), qd = _mm256_setzero_pd();
+    Py_ssize_t i = 0;
+    while (i + 16 <= n) {
+        Py_ssize_t end = i + MSP_BLOCK <= n ? i + MSP_BLOCK : n - ((n - i) % 16);
+        __m256 s0 = _mm256_setzero_ps(), s1 = s0, q0 = s0, q1 = s0;
+        for (; i < end; i += 16) {
+            __m256 a = _mm256_loadu_ps(p + i), b = _mm256_loadu_ps(p + i + 8);
+            mx0 = _mm256_max_ps(a, mx0);   /* a NaN a keeps the old value; NaN is tracked in `bad` */
+            mx1 = _mm256_max_ps(b, mx1);
+            mn0 = _mm256_min_ps(a, mn0);
+            mn1 = _mm256_min_ps(b, mn1);
+            bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, b, _CMP_UNORD_Q));
+            s0 = _mm256_add_ps(s0, a);
+            s1 = _mm256_add_ps(s1, b);
+            q0 = _mm256_fmadd_ps(a, a, q0);
+            q1 = _mm256_fmadd_ps(b, b, q1);
+        }
+        sd = msp_widen_add(sd, _mm256_add_ps(s0, s1));
+        qd = msp_widen_add(qd, _mm256_add_ps(q0, q1));
+    }
+    float fx[8], fn[8], fb[8];
+    double ds[4], dq[4];
+    _mm256_storeu_ps(fx, _mm256_max_ps(mx0, mx1));
+    _mm256_storeu_ps(fn, _mm256_min_ps(mn0, mn1));
+    _mm256_storeu_ps(fb, bad);
+    _mm256_storeu_pd(ds, sd);
+    _mm256_storeu_pd(dq, qd);
+    fstats_t tail;
+    fstats_scalar(p + i, n - i, &tail);
+    double mx = tail.mx, mn = tail.mn;
+    int nan = tail.nan;
+    for (int k = 0; k < 8; k++) {
+        if (fx[k] > mx) mx = fx[k];
+        if (fn[k] < mn) mn = fn[k];
+        unsigned int bits;
+        memcpy(&bits, &fb[k], sizeof(bits));
+        nan |= bits != 0;
+    }
+    out->mx = mx;
+    out->mn = mn;
+    out->sum = ((ds[0] + ds[1]) + (ds[2] + ds[3])) + tail.sum;
+    out->sq = ((dq[0] + dq[1]) + (dq[2] + dq[3])) + tail.sq;
+    out->nan = nan;
+}
+#endif
+
+static int use_avx2 = -1;
+
+static void fstats_run(const float *p, Py_ssize_t n, fstats_t *out) {
+#ifdef MSP_HAVE_AVX2
+    if (use_avx2 < 0) {
+        __builtin_cpu_init();
+        use_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    }
+    if (use_avx2) {
+        fstats_avx2(p, n, out);
+        return;
+    }
+#endif
+    fstats_scalar(p, n, out);
+}
+
+static PyObject *f32_stats(PyObject *self, PyObject *arg) {
+    Py_buffer view;
+    fstats_t r;
+    (void)self;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0)
+        return NULL;
+    if (view.itemsize != 4 || view.format == NULL || strcmp(view.format, "f") != 0 || view.len <= 0) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_TypeError, "f32_stats: a non-empty C-contiguous float32 buffer is required");
+        return NULL;
+    }
+    Py_ssize_t n = view.len / 4;
+    if (n >= 65536) {
+        Py_BEGIN_ALLOW_THREADS
+        fstats_run((const float *)view.buf, n, &r);
+        Py_END_ALLOW_THREADS
+    } else {
+        fstats_run((const float *)view.buf, n, &r);
+    }
+    PyBuffer_Release(&view);
+    if (r.nan) {
+        /* torch: any NaN makes Max, Min, the sum and the norm NaN */
+        return Py_BuildValue("(dddd)", (double)NAN, (double)NAN, (double)NAN, (double)NAN);
+    }
+    return Py_BuildValue("(dddd)", r.mx, r.mn, r.sum, r.sq);
+}
+
+static PyMethodDef methods[] = {
+    {"f32_stats", f32_stats, METH_O,
+     "f32_stats(buffer) -> (max, min, sum, sum_of_squares) of a C-contiguous float32 buffer, in one pass;\n"
+     "sums in double; all four NaN when any element is NaN."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "msprobe._native._fstats", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__fstats(void) { return PyModule_Create(&module); }
