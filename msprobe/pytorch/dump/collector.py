@@ -46,6 +46,42 @@ def _completed(work):
 
 
 MAX_PENDING_BYTES = 1 << 30   # tensor bytes queued for the writer thread before training waits for it
+POOL_MAX_BYTES = 512 << 20    # snapshot buffers kept for reuse between steps, at most
+_POOL_MIN_BYTES = 64 << 10    # smaller snapshots are plain clones (small allocations are recycled by malloc)
+
+
+class _SnapshotPool:
+    """Free snapshot buffers (flat uint8 CPU tensors) by exact byte size, at most POOL_MAX_BYTES in all.
+
+    ``take`` runs on the training thread, ``give`` on the writer thread once the file is written."""
+
+    def __init__(self, limit=None):
+        self.limit = POOL_MAX_BYTES if limit is None else limit
+        self._free = {}
+        self._held = 0     # bytes in self._free
+        self._lock = threading.Lock()
+
+    def take(self, nbytes):
+        with self._lock:
+            lst = self._free.get(nbytes)
+            if lst:
+                self._held -= nbytes
+                return lst.pop()
+        if nbytes > self.limit:
+            return None
+        return torch.empty(nbytes, dtype=torch.uint8)
+
+    def give(self, buf):
+        nbytes = buf.numel()
+        with self._lock:
+            if self._held + nbytes <= self.limit:
+                self._free.setdefault(nbytes, []).append(buf)
+                self._held += nbytes
+
+    def clear(self):
+        with self._lock:
+            self._free = {}
+            self._held = 0
 
 
 class TensorWriter:
@@ -60,6 +96,7 @@ class TensorWriter:
         self._q = None
         self._pending_bytes = 0
         self._cv = threading.Condition()
+        self._pool = _SnapshotPool()
         self.errors = []       # failures on the writer thread; the service logs them at the next flush
 
     def _run(self):
@@ -96,6 +133,32 @@ class TensorWriter:
         # atomic: no partial .pt under its final name
         self.submit(lambda: save_tensor(tensor, path), tensor.numel() * tensor.element_size())
 
+    def save_snapshot(self, t, path):
+        """Queue a copy of CPU tensor ``t`` taken now (later in-place ops must not reach the file). The copy goes
+        into a buffer recycled from an earlier snapshot of the same size when there is one: a fresh allocation
+        of that size costs page faults and zeroing of new pages, several times the copy itself, and training
+        repeats its tensor sizes every step."""
+        nbytes = t.numel() * t.element_size()
+        buf = self._pool.take(nbytes) if nbytes >= _POOL_MIN_BYTES else None
+        if buf is None:
+            self.save(t.clone(memory_format=torch.contiguous_format), path)
+            return
+        try:
+            snap = buf.view(t.dtype).view(t.shape)
+            snap.copy_(t)
+        except Exception:   # a dtype that cannot view raw bytes: a plain clone
+            self._pool.give(buf)
+            self.save(t.clone(memory_format=torch.contiguous_format), path)
+            return
+        pool = self._pool
+
+        def write():
+            try:
+                save_tensor(snap, path)
+            finally:
+                pool.give(buf)
+        self.submit(write, nbytes)
+
     def save_now(self, tensor, path):
         """Write now, on the calling thread (files queued before are independent of it)."""
         save_tensor(tensor, path)
@@ -117,6 +180,10 @@ class TensorWriter:
     def wait(self):
         if self._q is not None:
             self._q.join()
+
+    def release(self):
+        """Drop the recycled snapshot buffers (the dump has ended)."""
+        self._pool.clear()
 
 
 def _dim_size(d):
@@ -232,7 +299,7 @@ class Collector(CollectorBase):
                         if self.writer.background or (self.writer.threaded and p.device.type == "cpu"):
                             # a snapshot (one compact copy) for the writer thread. Device tensors of the tensor
                             # task are written inline below: a thread would copy them on another stream
-                            self.writer.save(p.clone(memory_format=torch.contiguous_format), path)
+                            self.writer.save_snapshot(p, path)
                         else:
                             self.writer.save_now(p if p.is_contiguous() else p.contiguous(), path)
                         if slot is not None:
@@ -493,5 +560,7 @@ class Collector(CollectorBase):
                     rec["md5"] = None
 
     def wait_writes(self):
-        """Block until every queued tensor file and JSON file is on disk (async_dump)."""
+        """Block until every queued tensor file and JSON file is on disk (async_dump); the dump has ended, so the
+        recycled snapshot buffers are let go."""
         self.writer.wait()
+        self.writer.release()
