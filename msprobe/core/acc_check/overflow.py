@@ -136,6 +136,7 @@ def _run(opts: OverflowOptions, target: str) -> OverflowSummary:
             "jit_compile": opts.jit_compile}
     names = [t["name"] for t in tasks]
     by_name = {t["name"]: t for t in tasks}
+    finished = [0]
 
     def on_result(index: int, outcome) -> None:
         kind, value = outcome
@@ -155,7 +156,8 @@ def _run(opts: OverflowOptions, target: str) -> OverflowSummary:
             log.warning("The %s overflow is an abnormal overflow.", name)
         elif status == SKIP:
             log.warning("%s: %s", name, value.get("message"))
-        job("check", len([n for n in names if n in rows]), len(tasks), unit="APIs", detail=name)
+        finished[0] += 1
+        job("check", finished[0], len(tasks), unit="APIs", detail=name)
 
     with Progress(opts.command, display=display_wanted(quiet=opts.quiet)) as prog:
         job = prog.job()
