@@ -1,9 +1,10 @@
 """The network of ../shared/fixtures/reference/mindspore_ir/graph_net.py (same layers, seed, data), run with
 msprobe's PrecisionDebugger in GRAPH_MODE (MindSpore's kernel dump, converted at step()) or PyNative.
 
-    python ms_graph_net.py OUT graph|pynative LEVEL TASK [--infer] [--steps N] [--late] [--jit]
+    python ms_graph_net.py OUT graph|pynative LEVEL TASK [--infer] [--steps N] [--late] [--jit] [--no-debugger] [--start-net]
 
 --no-debugger: the same run without msprobe.
+--start-net: debugger.start(net) instead of start(train) (Cell names relative to Net).
 --late: the network runs once before PrecisionDebugger is created (MindSpore has compiled without the dump).
 --jit: PyNative mode with Net.construct under @mindspore.jit (Jit.* records).
 Prints one JSON line: {"losses": [...], "out": [...]}.
@@ -77,7 +78,7 @@ if "--infer" in flags:
 else:
     train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params(), 0.01))
     for _ in range(steps):
-        debugger.start(train)
+        debugger.start(net if "--start-net" in flags else train)
         result["losses"].append(float(train(x, y).asnumpy()))
         debugger.stop()
         debugger.step()

@@ -216,3 +216,24 @@ def test_second_run_moves_the_first_aside(tmp_path):
     data = json.loads((out / "step0" / "rank" / "dump.json").read_text())["data"]
     assert list(data)[:2] == ["Primitive.matmul.MatMul.0.forward", "Primitive.bias_add.BiasAdd.0.forward"]
     assert len(data) == 8                          # this run's kernels only, not both runs'
+
+
+def test_start_model_roots_the_cell_names(root, tmp_path):
+    """debugger.start(net) with net inside the compiled TrainOneStepCell: Cell names are relative to net, as in
+    a PyNative dump with start(net), so the two dumps pair by name without any mapping."""
+    static, _, _ = run_net(root, "graph", "mix", "statistics", "--start-net")
+    pynative, _, _ = run_net(root, "pynative", "mix", "statistics", "--start-net")
+    data = json.loads((static / "step0" / "rank" / "dump.json").read_text())["data"]
+    cells = [n for n in data if n.startswith("Cell.")]
+    for name in ("Cell.fc.Dense.forward.0", "Cell.block.Block.forward.0", "Cell.block.dense.Dense.forward.0",
+                 "Cell.block.act.ReLU.forward.0", "Cell.head.Dense.forward.0"):
+        assert name in cells, cells
+    assert not any(n.startswith("Cell.network._backbone") for n in cells)     # net itself: no record
+    construct = json.loads((static / "step0" / "rank" / "construct.json").read_text())
+    assert construct["Cell.fc.Dense.forward.0"] is None
+    assert construct["Cell.block.dense.Dense.forward.0"] == "Cell.block.Block.forward.0"
+    rows, text = compare(static / "step0" / "rank", pynative / "step0" / "rank", tmp_path / "cmp")
+    paired = {r["NPU Name"] for r in rows if r["Bench Name"] != "N/A"}
+    assert {"Cell.fc.Dense.forward.0.input.0", "Cell.head.Dense.forward.0.output.0",
+            "Primitive.matmul.MatMul.1.forward.input.1"} <= paired and len(paired) == 30
+    assert "red: 0  yellow: 0  within noise: 0  equal: 30" in text

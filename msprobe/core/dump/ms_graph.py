@@ -19,7 +19,8 @@ the IR gives the real scope back (``Default/block-Block/dense-Dense/MatMul-op0``
   ``input_args`` are the kernel's inputs by slot (IR constants such as ``Bool(1)`` become
   ``{"type": "bool", "value": true}``), ``output`` its outputs;
 * every Cell a forward scope part names (``block-Block`` -> path ``block``, class ``Block``):
-  ``Cell.{path}.{Class}.forward.{n}``, its ``input_args`` the values its kernels take from outside the
+  ``Cell.{path}.{Class}.forward.{n}`` (with ``model_class``, the class of the Cell given to ``start(model)``,
+  paths below a Cell of that class are relative to it and that Cell has no record, as in PyNative dumps), its ``input_args`` the values its kernels take from outside the
   Cell (graph inputs and other Cells' outputs, not weights), its ``output`` the values kernels outside
   it take from it (data flow from the IR); a kernel's parent in construct.json is its innermost Cell;
 * stack.json: the IR's code lines of the kernel (``File <path>, line <n>, in <scope>``) and its scope.
@@ -318,8 +319,10 @@ class StepRecords:
     """The records of one step (several iterations/graphs may go into one step); counters per step."""
 
     def __init__(self, task: str = "statistics", level: str = "L2", summary_mode: str = "statistics",
-                 data_mode=("all",), tensor_dir: Optional[str] = None, precision: str = "low"):
+                 data_mode=("all",), tensor_dir: Optional[str] = None, precision: str = "low",
+                 model_class: Optional[str] = None):
         self.task, self.level, self.summary_mode = task, level, summary_mode
+        self.model_class = model_class
         self.data_mode = tuple(data_mode) or ("all",)
         self.tensor_dir = tensor_dir
         self.high = precision == "high"
@@ -479,7 +482,10 @@ class StepRecords:
         out: Dict[tuple, dict] = {}
         for key in order:
             ks = members[key]
-            path = ".".join(name for name, _ in key)
+            names = self._relative(key)
+            if names is None:
+                continue                          # the model given to start() itself: no record (as PyNative)
+            path = ".".join(names)
             prefix = f"Cell.{path}.{key[-1][1]}"
             inputs: List[Tuple[_Slot, Optional[str]]] = []
             outputs: List[Tuple[_Slot, Optional[str]]] = []
@@ -523,6 +529,15 @@ class StepRecords:
             out[key] = {"name": f"{prefix}.forward.{n}", "inputs": inputs, "outputs": outputs,
                         "parent": key[:-1], "first": ks[0]}
         return out
+
+    def _relative(self, key: tuple) -> Optional[List[str]]:
+        """The Cell path of a scope chain: relative to the model given to ``start(model)`` when the chain runs
+        through a Cell of its class (None for that Cell itself), else from the graph's root."""
+        if self.model_class:
+            for i, (_, cls) in enumerate(key):
+                if cls == self.model_class:
+                    return [name for name, _ in key[i + 1:]] or None
+        return [name for name, _ in key]
 
     def _emit_cell(self, key: tuple, cell: dict, ir: Optional[_Ir]) -> None:
         name = cell["name"]

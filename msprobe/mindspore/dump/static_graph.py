@@ -126,6 +126,7 @@ class StaticGraphService:
         self.settings = ms_dump_settings(cfg, self.raw_root, device)
         self.keep_raw = cfg.task == "tensor"
         self.current = 0
+        self.model_class = None
         self.done = set()          # (graph dir) already converted
         self.converted_steps = []
         self.ended = False
@@ -172,7 +173,15 @@ class StaticGraphService:
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, model=None):
-        """Nothing to switch on: MindSpore dumps every graph run (the iterations config.step selects)."""
+        """Nothing to switch on: MindSpore dumps every graph run (the iterations config.step selects). A Cell
+        ``model`` that is part of the compiled graph roots the Cell names, as in a PyNative dump."""
+        if model is not None and not isinstance(model, (list, tuple)):
+            try:
+                from mindspore import nn
+                if isinstance(model, nn.Cell):
+                    self.model_class = type(model).__name__
+            except Exception:
+                pass
 
     def stop(self):
         """Nothing to switch off (see start)."""
@@ -247,7 +256,7 @@ class StaticGraphService:
         self._claimed.add(out_dir)
         records = StepRecords(task=cfg.task, level=cfg.level, summary_mode=cfg.summary_mode, data_mode=cfg.data_mode,
                               tensor_dir=os.path.join(out_dir, "dump_tensor_data") if cfg.task == "tensor" else None,
-                              precision=cfg.precision)
+                              precision=cfg.precision, model_class=self.model_class)
         for _, graph_id, d in new:
             records.add_iteration(d, graph_id, ir_path(rank_root, graph_id))
         records.write(out_dir)
