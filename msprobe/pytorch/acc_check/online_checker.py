@@ -123,8 +123,9 @@ class OnlineCallChecker(Checker):
         rec = self.received
         if failure is None and rec is not None and propagation == "forward":
             dev = runs["device"]
-            if isinstance(dev, list) and len(dev) == len(rec) and all(
-                    isinstance(d, torch.Tensor) and d.dtype == r.dtype and d.shape == r.shape for d, r in zip(dev, rec)):
+            same = isinstance(dev, list) and len(dev) == len(rec) and all(
+                isinstance(d, torch.Tensor) and d.dtype == r.dtype and d.shape == r.shape for d, r in zip(dev, rec))
+            if same:
                 runs["device"] = [r.to(d.device) for r, d in zip(rec, dev)]
                 self.used_received = True
         return runs, failure

@@ -20,7 +20,6 @@ Policy (docs/acc_check.md "Online pre-check"):
 from __future__ import annotations
 
 import collections
-import json
 import logging
 import os
 import socket
@@ -196,13 +195,14 @@ class Sender:
             except OSError as exc:
                 log.warning("msprobe online run_ut: cannot write %s: %s", end, exc)
         s = self.stats
-        (log.warning if s["dropped"] else log.info)("msprobe online run_ut (%s, session %s): %d calls captured, %d checked, %d already checked "
-                    "(resent), %d filtered by rank, %d dropped%s%s", self.cfg.where(), self.session, s["captured"],
-                    s["judged"], s["duplicate"], s["filtered"], s["dropped"],
-                    f", {s['left_in_shared_dir']} left in the shared directory for a later checker"
-                    if s["left_in_shared_dir"] else "",
-                    "" if not self.dropped else " (first: " + ", ".join(
-                        f"{d['name']} step {d['step']}" for d in self.dropped[:3]) + ")")
+        say = log.warning if s["dropped"] else log.info
+        say("msprobe online run_ut (%s, session %s): %d calls captured, %d checked, %d already checked "
+            "(resent), %d filtered by rank, %d dropped%s%s", self.cfg.where(), self.session, s["captured"],
+            s["judged"], s["duplicate"], s["filtered"], s["dropped"],
+            f", {s['left_in_shared_dir']} left in the shared directory for a later checker"
+            if s["left_in_shared_dir"] else "",
+            "" if not self.dropped else " (first: " + ", ".join(
+                f"{d['name']} step {d['step']}" for d in self.dropped[:3]) + ")")
         return dict(s)
 
     _give_up = False

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
-from typing import Any, Callable, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Tuple
 
 from msprobe.core.errors import MsprobeError
 
@@ -70,8 +70,8 @@ def _check_common(where: str, block: dict, side: str) -> dict:
         for n in names:
             p = os.path.join(tls, n)
             if not os.path.isfile(p):
-                raise MsprobeError(f"{where}: tls_path {tls}: {n} is missing; the {side} side needs {' and '.join(names)} "
-                                   f"there (or set tls_path to \"\" for plain TCP)")
+                raise MsprobeError(f"{where}: tls_path {tls}: {n} is missing; the {side} side needs "
+                                   f"{' and '.join(names)} there (or set tls_path to \"\" for plain TCP)")
         check_tls_files(os.path.join(tls, names[0]), os.path.join(tls, names[1]), where)
         out["tls_path"] = os.path.abspath(tls)
     return out
