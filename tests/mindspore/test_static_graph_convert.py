@@ -117,6 +117,12 @@ def test_levels_and_data_mode(tmp_path):
     assert all(n.startswith("Primitive.") for n in l1["data"]) and len(l1["data"]) == 8 and c1 == {}
     _, out_only, _, _ = _convert(tmp_path / "out", INFER, data_mode=("output",))
     assert all(set(v) == {"output"} for v in out_only["data"].values())
+    _, bwd, _, _ = _convert(tmp_path / "bwd", data_mode=("backward",))
+    assert bwd["data"] and all(n.endswith(".backward") for n in bwd["data"])
+    assert all(set(v) == {"input_args", "input_kwargs", "output"} for v in bwd["data"].values())
+    _, fwd_in, _, _ = _convert(tmp_path / "fwd_in", data_mode=("forward", "input"))
+    assert all(n.endswith(".forward") or ".forward." in n for n in fwd_in["data"])
+    assert all(set(v) == {"input_args", "input_kwargs"} for v in fwd_in["data"].values())
 
 
 def test_tensor_task_and_md5(tmp_path):
@@ -184,3 +190,45 @@ def test_bad_input_is_one_line(tmp_path):
         convert_rank(str(tmp_path / "empty"), str(tmp_path / "out"))
     assert "holds no iteration" in str(e.value)
     assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------------------------------------- the MindSpore config
+# msprobe.mindspore.dump.static_graph imports MindSpore only inside functions: its config part runs anywhere.
+
+def _cfg(**kw):
+    from types import SimpleNamespace
+    base = dict(task="statistics", level="mix", summary_mode="statistics", data_mode=("all",), list=(), step=(),
+                rank=(), scope=())
+    base.update(kw)
+    return SimpleNamespace(**base)
+
+
+def test_mindspore_dump_settings():
+    from msprobe.mindspore.dump.static_graph import ms_dump_settings
+    common = ms_dump_settings(_cfg(), "/d/mindspore_dump", "CPU")["common_dump_settings"]
+    assert (common["saved_data"], common["iteration"], common["input_output"], common["dump_mode"]) == ("tensor", "all", 0, 0)
+    assert common["path"] == "/d/mindspore_dump" and common["support_device"] == list(range(8))
+    assert ms_dump_settings(_cfg(), "/d", "GPU")["common_dump_settings"]["saved_data"] == "statistic"
+    assert ms_dump_settings(_cfg(summary_mode="md5"), "/d", "GPU")["common_dump_settings"]["saved_data"] == "tensor"
+    l2 = ms_dump_settings(_cfg(level="L2", list=("Default/fc-Dense/MatMul-op0", "name-regex(Default/.+)"),
+                               step=(0, 2), rank=(1,), data_mode=("output",)), "/d", "Ascend")["common_dump_settings"]
+    assert (l2["dump_mode"], l2["kernels"], l2["iteration"], l2["support_device"], l2["input_output"]) == \
+        (1, ["Default/fc-Dense/MatMul-op0", "name-regex(Default/.+)"], "0|2", [1], 2)
+    assert ms_dump_settings(_cfg(list=("fc",)), "/d", "CPU")["common_dump_settings"]["kernels"] == []
+
+
+@pytest.mark.parametrize("device, jit, kw, words", [
+    ("FPGA", "", {}, ["'FPGA' backend does not have", "CPU, GPU, Ascend", "PYNATIVE_MODE"]),
+    ("Ascend", "O2", {}, ["jit_level O2", "O0 or O1"]),
+    ("CPU", "", {"task": "overflow_check"}, ['task "overflow_check"', "GRAPH_MODE"]),
+    ("CPU", "", {"task": "free_benchmark"}, ['task "free_benchmark"']),
+    ("CPU", "", {"level": "debug"}, ['level "debug"', "PyNative"]),
+    ("CPU", "", {"scope": ("a", "b")}, ['"scope" is not supported in GRAPH_MODE']),
+])
+def test_static_config_bad_input_is_one_line(device, jit, kw, words):
+    from msprobe.core.errors import MsprobeError
+    from msprobe.mindspore.dump.static_graph import check_static_config
+    with pytest.raises(MsprobeError) as e:
+        check_static_config(_cfg(**kw), device, jit)
+    assert "\n" not in str(e.value) and all(w in str(e.value) for w in words), str(e.value)
+    check_static_config(_cfg(), "CPU", "O0")      # the default config is fine

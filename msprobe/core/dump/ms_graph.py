@@ -59,6 +59,7 @@ _NP_TO_MS = {"bool": "Bool", "int8": "Int8", "int16": "Int16", "int32": "Int32",
              "uint8": "UInt8", "uint16": "UInt16", "uint32": "UInt32", "uint64": "UInt64",
              "float16": "Float16", "float32": "Float32", "float64": "Float64", "complex64": "Complex64",
              "complex128": "Complex128"}
+STAT_CACHE_MAX = 200_000
 _OPNUM_RE = re.compile(r"-op\d+$")
 _PASS_THROUGH = ("Load", "Depend", "TensorMove")   # a value flowing through these is the same value
 
@@ -338,6 +339,7 @@ class StepRecords:
         self.read_errors: List[str] = []
         self._ir_cache: Dict[str, _Ir] = {}
         self._parent_names: Dict[tuple, str] = {}
+        self._stat_cache: Dict[str, dict] = {}      # npy path -> dtype, shape, statistics (Cells reuse kernel files)
 
     # ------------------------------------------------------------------ values
     def _tensor(self, slot: _Slot, data_name: str) -> dict:
@@ -347,6 +349,10 @@ class StepRecords:
             if slot.stats is not None:
                 for key, v in zip(("Max", "Min", "Mean", "Norm"), slot.stats):
                     rec[key] = jw.number(float(v)) if isinstance(v, float) else v
+            return rec
+        cached = self._stat_cache.get(slot.path)
+        if cached is not None and not (self.task == "tensor" and self.tensor_dir is not None):
+            rec.update(cached)
             return rec
         try:
             a = load_npy(slot.path)
@@ -363,6 +369,8 @@ class StepRecords:
         fill_stats(a, rec, self.high)
         if self.summary_mode == "md5":
             rec["md5"] = "%08x" % (zlib.crc32(np.ascontiguousarray(a).tobytes()) & 0xFFFFFFFF)
+        if len(self._stat_cache) < STAT_CACHE_MAX:
+            self._stat_cache[slot.path] = {k: v for k, v in rec.items() if k != "type"}
         if self.task == "tensor" and self.tensor_dir is not None:
             fname = data_name.replace("/", "_").replace("\\", "_") + ".npy"
             os.makedirs(self.tensor_dir, mode=0o750, exist_ok=True)
@@ -380,7 +388,13 @@ class StepRecords:
         return self._tensor(slot, data_name)
 
     def _want(self, io: str) -> bool:
-        return "all" in self.data_mode or io in self.data_mode
+        """``data_mode`` filter for ``input``/``output`` (and ``forward``/``backward`` in :meth:`_want_dir`)."""
+        modes = [m for m in self.data_mode if m in ("input", "output")]
+        return "all" in self.data_mode or not modes or io in modes
+
+    def _want_dir(self, direction: str) -> bool:
+        modes = [m for m in self.data_mode if m in ("forward", "backward")]
+        return "all" in self.data_mode or not modes or direction in modes
 
     def _stack(self, name: str, frames: List[str]) -> None:
         key = tuple(frames)
@@ -415,7 +429,7 @@ class StepRecords:
             if not k.scope:
                 self.unbound += 1
                 k.scope = k.op_name.replace("_", "/")
-        want_cells = self.level in ("L0", "mix", "L2")
+        want_cells = self.level in ("L0", "mix", "L2") and self._want_dir("forward")
         want_kernels = self.level in ("L1", "mix", "L2")
         cells = self._cells(kernels, ir) if want_cells else {}
         emitted = set()
@@ -430,7 +444,7 @@ class StepRecords:
                         self._emit_cell(key, cells[key], ir)
                 if tuple(chain) in cells:
                     parent = cells[tuple(chain)]["name"]
-            if want_kernels:
+            if want_kernels and self._want_dir("backward" if backward else "forward"):
                 self._emit_kernel(k, backward, parent, ir)
         self.kernels += len(kernels)
         return len(kernels)

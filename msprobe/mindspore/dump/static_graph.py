@@ -87,8 +87,8 @@ def check_static_config(cfg, device: str, jit_level: str = "") -> None:
 
 def ms_dump_settings(cfg, raw_path: str, device: str) -> dict:
     """The MindSpore dump config (``MINDSPORE_DUMP_CONFIG``) for ``cfg``."""
-    modes = tuple(cfg.data_mode) or ("all",)
-    io = {"input": 1, "output": 2}.get(modes[0], 0) if len(modes) == 1 else 0
+    io_modes = [m for m in cfg.data_mode if m in ("input", "output")] if "all" not in cfg.data_mode else []
+    io = {"input": 1, "output": 2}[io_modes[0]] if len(io_modes) == 1 else 0
     saved = "statistic" if (cfg.task == "statistics" and cfg.summary_mode == "statistics" and device != "CPU") \
         else "tensor"
     kernels = list(cfg.list) if cfg.level == "L2" else []
@@ -144,6 +144,9 @@ class StaticGraphService:
                    if device == "CPU" else "MindSpore's statistic dump has no md5")
             log.warning("task statistics in GRAPH_MODE on %s: %s; msprobe dumps the tensors, computes the "
                         "statistics from them at step() and then removes the tensor files", device, why)
+        if cfg.list and cfg.level != "L2":
+            log.warning('"list" is passed to MindSpore\'s kernel dump at level L2 only; at level %s in GRAPH_MODE every '
+                        'kernel is dumped and "list" is ignored', cfg.level)
         atexit.register(self._at_exit)
 
     def rank(self):
