@@ -1,6 +1,6 @@
 """Benchmark of ``--ray`` against ``-j``: a multi-rank statistics compare, and a scaling model (docs/scale.md).
 
-    .venv/bin/python benchmarks/ray_bench.py [--ranks 64] [--rows 20000] [--dir DIR]
+    .venv/bin/python benchmarks/ray_bench.py [--ranks 64] [--rows 20000] [--repeat 3] [--dir DIR] [--model-only]
 
 One generated statistics pair (benchmarks/gen_inputs.py, ``--rows`` tensor rows per side) is hard-linked into
 ``--ranks`` rank dirs per side (every rank parses its own dump.json; the page cache holds the one file, so the
@@ -10,7 +10,8 @@ storage read is not part of these times: it is modelled separately). Timed in th
 * ``-j 1`` and ``-j 2`` (local forked workers);
 * ``--ray ADDRESS`` on a 2-node local cluster (``ray.cluster_utils.Cluster``: a head and a second node,
   1 CPU each; the cluster is started before the timing: a real cluster is already running);
-* ``--ray`` alone (the command starts a local Ray instance with one CPU per core: start-up included).
+  these three interleaved, ``--repeat`` rounds (medians reported: the load of a shared machine varies);
+* ``--ray`` alone, once (the command starts a local Ray instance with one CPU per core: start-up included).
 
 Then Ray's per-task overhead (no-op tasks through msprobe.core.executor_ray, one at a time and 2 at a time),
 the driver's share per rank (writing one report), and the projection for 4,096 ranks on 16 nodes x 64
@@ -64,9 +65,11 @@ def run_compare(steps: Path, out: Path, extra) -> float:
     env.pop("MSPROBE_FAULT_KILL_ONCE", None)
     cmd = [sys.executable, "-m", "msprobe", "compare", "-tp", str(steps / "target" / "step0"), "-gp",
            str(steps / "golden" / "step0"), "-o", str(out), "--csv", "-q", "-c", *extra]
+    load = os.getloadavg()[0]
     t0 = time.perf_counter()
     res = subprocess.run(cmd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
+    print(f"  (load average {load:.1f} before, {os.getloadavg()[0]:.1f} after)", flush=True)
     if res.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{res.stderr[-3000:]}")
     return wall
@@ -122,7 +125,7 @@ def driver_write_seconds(steps: Path) -> tuple:
         t0 = time.perf_counter()
         write_rendered(out.data, os.path.join(d, "r.csv"))
         w = time.perf_counter() - t0
-    return out.seconds, w, out.report.rows, os.path.getsize(rank / "dump.json")
+    return out.seconds, w, out.report.rows, os.path.getsize(rank / "dump.json"), len(out.data)
 
 
 def main(argv=None) -> int:
@@ -130,6 +133,9 @@ def main(argv=None) -> int:
     ap.add_argument("--ranks", type=int, default=64)
     ap.add_argument("--rows", type=int, default=20000, help="tensor rows per rank and side")
     ap.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "msprobe_ray_bench"))
+    ap.add_argument("--repeat", type=int, default=3, help="rounds of the -j 1 / -j 2 / --ray cluster runs")
+    ap.add_argument("--model-only", action="store_true",
+                    help="skip the timed commands: per-task overhead, per-rank costs and the projection only")
     a = ap.parse_args(argv)
     try:
         import ray  # noqa: F401
@@ -143,55 +149,78 @@ def main(argv=None) -> int:
     steps = make_inputs(work, a.ranks, a.rows)
     outs = work / "out"
     shutil.rmtree(outs, ignore_errors=True)
-    times = {}
-    for label, extra in (("-j 1", ["-j", "1"]), ("-j 2", ["-j", "2"])):
-        times[label] = run_compare(steps, outs / f"j{extra[1]}", extra)
-        print(f"{label}: {times[label]:.2f} s", flush=True)
+    times: dict = {}
     t0 = time.perf_counter()
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     cluster.add_node(num_cpus=1)
     cluster.wait_for_nodes()
     cluster_start = time.perf_counter() - t0
+    print(f"2-node local cluster started in {cluster_start:.1f} s (not counted: a real cluster is already running)")
+    ray2 = "--ray (2-node cluster, 1 CPU each)"
     try:
-        label = "--ray (2-node cluster, 1 CPU each)"
-        times[label] = run_compare(steps, outs / "ray2", ["--ray", cluster.address])
-        print(f"{label}: {times[label]:.2f} s (cluster start-up {cluster_start:.1f} s, not counted)", flush=True)
+        # the runs interleaved, round after round: a load change on a shared machine hits all of them alike
+        for rnd in range(0 if a.model_only else a.repeat):
+            for label, out, extra in (("-j 1", "j1", ["-j", "1"]), ("-j 2", "j2", ["-j", "2"]),
+                                      (ray2, "ray2", ["--ray", cluster.address])):
+                shutil.rmtree(outs / out, ignore_errors=True)
+                times.setdefault(label, []).append(run_compare(steps, outs / out, extra))
+                print(f"round {rnd + 1}: {label}: {times[label][-1]:.2f} s", flush=True)
         one, many = task_overhead(cluster.address)
     finally:
         cluster.shutdown()
-    label = "--ray (local instance, start-up included)"
-    times[label] = run_compare(steps, outs / "raylocal", ["--ray"])
-    print(f"{label}: {times[label]:.2f} s", flush=True)
-    same = all(same_reports(outs / "j1", outs / d) for d in ("j2", "ray2", "raylocal"))
-    rank_s, write_s, rows, nbytes = driver_write_seconds(steps)
+    if not a.model_only:
+        label = "--ray (local instance, start-up included)"
+        times[label] = [run_compare(steps, outs / "raylocal", ["--ray"])]
+        print(f"{label}: {times[label][0]:.2f} s", flush=True)
+    same = a.model_only or all(same_reports(outs / "j1", outs / d) for d in ("j2", "ray2", "raylocal"))
+    rank_s, write_s, rows, nbytes, report_bytes = driver_write_seconds(steps)
+    if a.model_only:
+        model(rank_s, write_s, nbytes, report_bytes, many)
+        return 0
 
     print()
     print(f"{a.ranks} ranks x {rows:,} rows (dump.json {nbytes / 1e6:.1f} MB per rank and side), csv reports, "
           f"advisor off (-c); reports identical to -j 1: {'yes' if same else 'NO'}")
     print()
-    print("| run | wall s | ranks/s | vs -j 2 |")
+    print(f"| run | wall s, median of {a.repeat} (each run) | ranks/s | vs -j 2 |")
     print("|---|---|---|---|")
-    for label, t in times.items():
-        print(f"| {label} | {t:.2f} | {a.ranks / t:.2f} | {t / times['-j 2']:.2f}x |")
+    import statistics
+
+    base = statistics.median(times["-j 2"])
+    for label, ts in times.items():
+        t = statistics.median(ts)
+        each = ", ".join(f"{x:.1f}" for x in ts)
+        print(f"| {label} | {t:.2f} ({each}) | {a.ranks / t:.2f} | {t / base:.2f}x |")
     print()
     print(f"Ray per-task overhead (no-op task): {one * 1000:.1f} ms one at a time, {many * 1000:.2f} ms per task "
           f"with 2 in flight")
     print(f"one rank's Ray task (compare + render the csv): {rank_s:.3f} s; the driver's share (writing its "
           f"bytes): {write_s * 1000:.1f} ms")
-    # ---- the model (docs/scale.md)
-    ranks, nodes, cores = 4096, 16, 64
-    workers = nodes * cores
-    read_gbs = 10.0          # aggregate read rate of the shared file system, GB/s (assumption)
-    t_task = rank_s + many
-    compute = -(-ranks // workers) * t_task
-    storage = ranks * 2 * nbytes / (read_gbs * 1e9)
-    driver = ranks * write_s
-    total = max(compute, storage, driver) + 10.0
-    print(f"projection, {ranks} ranks on {nodes} nodes x {cores} cores ({workers} tasks at a time): compute "
-          f"{compute:.1f} s, storage read {storage:.1f} s at {read_gbs:.0f} GB/s, driver writing {driver:.1f} s; "
-          f"~{total:.0f} s with 10 s of Ray start-up/connection (one host, -j {cores}: "
-          f"{ranks / cores * rank_s:.0f} s)")
+    model(rank_s, write_s, nbytes, report_bytes, many)
     return 0 if same else 1
+
+
+READ_GBS = 10.0     # aggregate read rate of the shared file system, GB/s (assumption, docs/scale.md)
+DRIVER_GBS = 1.25   # the driver's network: 10 Gbit/s (assumption)
+START_S = 10.0      # connect to the running cluster, start a worker per core, import msprobe (assumption)
+
+
+def model(rank_s: float, write_s: float, nbytes: int, report_bytes: int, task_s: float) -> None:
+    """The projection of docs/scale.md for 4,096 ranks, printed for 1, 4 and 16 nodes of 64 cores."""
+    print(f"model inputs: task body {rank_s:.3f} s per rank (compare + render), Ray {task_s * 1000:.2f} ms per task, "
+          f"driver {write_s * 1000:.2f} ms + {report_bytes / 1e6:.2f} MB per report, dump.json {nbytes / 1e6:.1f} MB "
+          f"per rank and side; storage {READ_GBS:.0f} GB/s, driver network {DRIVER_GBS} GB/s, start {START_S:.0f} s")
+    print()
+    print("| ranks | nodes x cores | compute s | storage s | driver s | projected s |")
+    print("|---|---|---|---|---|---|")
+    ranks, cores = 4096, 64
+    for nodes in (1, 4, 16):
+        workers = nodes * cores
+        compute = -(-ranks // workers) * (rank_s + task_s)
+        storage = ranks * 2 * nbytes / (READ_GBS * 1e9)
+        driver = ranks * (write_s + report_bytes / (DRIVER_GBS * 1e9))
+        total = START_S + max(compute, storage, driver)
+        print(f"| {ranks} | {nodes} x {cores} | {compute:.1f} | {storage:.1f} | {driver:.1f} | {total:.0f} |")
 
 
 if __name__ == "__main__":
