@@ -133,22 +133,28 @@ class TensorWriter:
         # atomic: no partial .pt under its final name
         self.submit(lambda: save_tensor(tensor, path), tensor.numel() * tensor.element_size())
 
-    def save_snapshot(self, t, path):
-        """Queue a copy of CPU tensor ``t`` taken now (later in-place ops must not reach the file). The copy goes
-        into a buffer recycled from an earlier snapshot of the same size when there is one: a fresh allocation
-        of that size costs page faults and zeroing of new pages, several times the copy itself, and training
-        repeats its tensor sizes every step."""
+    def snapshot(self, t):
+        """A compact copy of CPU tensor ``t`` taken now (later in-place ops must not reach the file), as
+        ``(tensor, buffer)``; hand it to :meth:`save_taken` or :meth:`drop`. The copy goes into a buffer
+        recycled from an earlier snapshot of the same size when there is one: a fresh allocation of that size
+        costs page faults and zeroing of new pages, several times the copy itself, and training repeats its
+        tensor sizes every step. Small tensors (and dtypes that cannot view raw bytes) get a plain clone."""
         nbytes = t.numel() * t.element_size()
         buf = self._pool.take(nbytes) if nbytes >= _POOL_MIN_BYTES else None
+        if buf is not None:
+            try:
+                snap = buf.view(t.dtype).view(t.shape)
+                snap.copy_(t)
+                return snap, buf
+            except Exception:
+                self._pool.give(buf)
+        return t.clone(memory_format=torch.contiguous_format), None
+
+    def save_taken(self, taken, path):
+        """Queue the file of a :meth:`snapshot`; its buffer returns to the pool once the file is written."""
+        snap, buf = taken
         if buf is None:
-            self.save(t.clone(memory_format=torch.contiguous_format), path)
-            return
-        try:
-            snap = buf.view(t.dtype).view(t.shape)
-            snap.copy_(t)
-        except Exception:   # a dtype that cannot view raw bytes: a plain clone
-            self._pool.give(buf)
-            self.save(t.clone(memory_format=torch.contiguous_format), path)
+            self.save(snap, path)
             return
         pool = self._pool
 
@@ -157,7 +163,15 @@ class TensorWriter:
                 save_tensor(snap, path)
             finally:
                 pool.give(buf)
-        self.submit(write, nbytes)
+        self.submit(write, buf.numel())
+
+    def drop(self, taken):
+        if taken[1] is not None:
+            self._pool.give(taken[1])
+
+    def save_snapshot(self, t, path):
+        """Queue the file of a snapshot of ``t`` taken now (see :meth:`snapshot`)."""
+        self.save_taken(self.snapshot(t), path)
 
     def save_now(self, tensor, path):
         """Write now, on the calling thread (files queued before are independent of it)."""
@@ -260,10 +274,21 @@ class Collector(CollectorBase):
         p = None
         slot = None
         blind = False       # the values of t cannot be read (meta / fake tensor, released storage)
+        snap = None         # tensor task: the compact snapshot queued for the writer thread (and its buffer)
         if not self.structure_only:
             slot = self.stats.cached(t, rec)
             if slot is None:
                 p = _plain(t)
+                if p.__class__ in _PLAIN_TYPES and p.is_cpu and p.layout is torch.strided:
+                    # one compact copy serves the statistics too (one pass of the float32 kernel over memory
+                    # that is in cache, instead of strided reductions): the snapshot a saved tensor needs
+                    # anyway, or for md5 the compact bytes the CRC needs anyway
+                    if save and self.tensor_dir is not None and self.writer.threaded:
+                        snap = self.writer.snapshot(p)
+                        if snap is not None:
+                            p = snap[0]
+                    elif self.md5 and not p.is_contiguous():
+                        p = p.contiguous()
                 try:
                     slot = self.stats.add(rec, p, t)
                 except Exception as exc:
@@ -296,7 +321,10 @@ class Collector(CollectorBase):
                         # the same tensor, unchanged, was saved already this step: a hard link, not a second copy
                         self.writer.link(first, path, p)
                     else:
-                        if self.writer.background or (self.writer.threaded and p.device.type == "cpu"):
+                        if snap is not None:
+                            self.writer.save_taken(snap, path)
+                            snap = None
+                        elif self.writer.background or (self.writer.threaded and p.device.type == "cpu"):
                             # a snapshot (one compact copy) for the writer thread. Device tensors of the tensor
                             # task are written inline below: a thread would copy them on another stream
                             self.writer.save_snapshot(p, path)
@@ -308,6 +336,8 @@ class Collector(CollectorBase):
                     rec["data_name"] = fname
                 except Exception as exc:
                     self._unreadable(t, data_name, "tensor_file", exc)
+        if snap is not None:        # taken but not written (a hard link sufficed, or the save failed)
+            self.writer.drop(snap)
         return rec
 
     def _stats_fallback(self, t, rec, data_name, exc):
