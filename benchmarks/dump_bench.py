@@ -28,8 +28,10 @@ Each implementation runs with its own defaults (26.2.0's default risk_level FOCU
 
 The floor (column ``floor ms``): our worker, in its round-1 run of each config, captures the tensors whose
 statistics one dumped step measures (each distinct value once) and times, with no tool around them, the cheapest
-full pass over them: ``aminmax`` + ``sum`` + ``dot`` (float32) and one ``tolist`` (stat_L1, mix); the same plus
-``zlib.crc32`` of the bytes (md5_L1); plus writing the raw bytes to one file per tensor (tensor_L1).  ``ours added
+full pass over them: one fused pass of msprobe's compiled float32 kernel (msprobe/_native/fstats.c) for contiguous
+float32 tensors, ``aminmax`` + ``sum`` + ``dot`` (float32) and one ``tolist`` for the others (stat_L1, mix); the
+same plus the CRC-32 of the bytes by msprobe.core.crc (zlib-ng) (md5_L1); plus writing the raw bytes to one file
+per tensor (tensor_L1).  ``ours added
 / floor`` says how far the tool is from that pass.
 
 Goals (ours vs the faster reference, ``added`` = config ms - none ms): stat_L1, mix, md5_L1: ours added <= 1/3
