@@ -179,6 +179,8 @@ def test_jit_cell_in_pynative(root, level):
     assert [a["shape"] for a in jit["input_args"]] == [[2, 4]] and [o["shape"] for o in jit["output"]] == [[2, 2]]
     assert not any(n.startswith("Jit.SGD") for n in data)   # MindSpore's own @jit (nn.SGD.construct): not recorded
     assert not any(n.startswith(("Cell.network._backbone.fc", "Primitive.matmul")) for n in data)
+    back = data["Jit.Net.0.backward"]            # the loss gradient w.r.t. the output; the data input has none
+    assert [g["shape"] for g in back["input"]] == [[2, 2]] and back["output"] == [None]
     if level == "mix":
         cell = data["Cell.network._backbone.Net.forward.0"]
         assert cell["output"][0]["Norm"] == jit["output"][0]["Norm"]
@@ -197,7 +199,11 @@ def test_jit_function_in_pynative(tmp_path):
     assert runs[0] == runs[1]
     data = json.loads((tmp_path / "d" / "step1" / "rank" / "dump.json").read_text())["data"]
     assert [n for n in data if n.startswith("Jit.")] == ["Jit.f.0.forward", "Jit.f.1.forward", "Jit.g.0.forward",
-                                                          "Jit.f.2.forward"]
+                                                          "Jit.f.2.forward", "Jit.f.2.backward"]
+    # ms.grad(lambda a: f(a, a).sum()): d out = 1; d x = 2 * relu'(x), d y = 1
+    back = data["Jit.f.2.backward"]
+    assert [(g["Max"], g["Min"]) for g in back["input"]] == [(1.0, 1.0)]
+    assert [(g["Max"], g["Min"]) for g in back["output"]] == [(2.0, 0.0), (1.0, 1.0)]
     f0 = data["Jit.f.0.forward"]
     assert len(f0["input_args"]) == 2 and (f0["output"][0]["Max"], f0["output"][0]["Min"]) == (9.0, -2.0)
     assert "Cell.d.Dense.forward.0" in data       # a Cell outside the jit function keeps its hooks

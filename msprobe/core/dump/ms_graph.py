@@ -263,7 +263,7 @@ class _Ir:
         return ("const", arg)
 
 
-def _const_record(text: str, slot: Optional[_Slot]):
+def _const_record(text: str):
     m = _CONST_RE.match(text)
     if not m:
         return None
@@ -378,9 +378,9 @@ class StepRecords:
             rec["data_name"] = fname
         return rec
 
-    def _value(self, kind: str, slot: Optional[_Slot], arg: Optional[str], data_name: str):
+    def _value(self, slot: Optional[_Slot], arg: Optional[str], data_name: str):
         if arg is not None:
-            const = _const_record(arg, slot)
+            const = _const_record(arg)
             if const is not None:
                 return const
         if slot is None:
@@ -462,12 +462,12 @@ class StepRecords:
         rec: dict = {}
         if self._want("input"):
             count = max(len(args), max(k.inputs) + 1 if k.inputs else 0)
-            rec["input_args"] = [self._value("input", k.inputs.get(i), args[i] if i < len(args) else None,
+            rec["input_args"] = [self._value(k.inputs.get(i), args[i] if i < len(args) else None,
                                              f"{name}.input.{i}") for i in range(count)]
             rec["input_kwargs"] = {}
         if self._want("output"):
             count = max(k.outputs) + 1 if k.outputs else 0
-            rec["output"] = [self._value("output", k.outputs.get(i), None, f"{name}.output.{i}") for i in range(count)]
+            rec["output"] = [self._value(k.outputs.get(i), None, f"{name}.output.{i}") for i in range(count)]
         self.data[name] = rec
         self.construct[name] = parent
         self._stack(name, _frames(k.node, k.scope))

@@ -223,6 +223,17 @@ class Hooks:
                 rec = col.api_inputs(fwd, shown, kwargs)
             except Exception as exc:
                 self.errors.record(fwd, exc)
+            state = None
+            if col.want_backward and _grad_on():
+                # Jit.{name}.{n}.backward: gradients of the outputs (input) and of the float tensor arguments
+                # (output), through the same HookBackward identities as an API's backward record
+                try:
+                    lead = len(args) - len(shown)
+                    hooked, state = self._hook_inputs(f"{name}.{n}.backward", tuple(shown))
+                    args = tuple(args[:lead]) + tuple(hooked)
+                except Exception as exc:
+                    state = None
+                    self.errors.record(fwd, exc)
             patched = bool(self._patched)
             self._api_patches_off()
             detached = self._detach_cell_hooks()
@@ -237,6 +248,8 @@ class Hooks:
             col.api_count[name] = n + 1
             try:
                 col.api_outputs(fwd, rec, out, shown)
+                if state is not None:
+                    out = self._hook_outputs(state, out)
             except Exception as exc:
                 self.errors.record(fwd, exc)
             return out
