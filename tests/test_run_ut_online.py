@@ -438,3 +438,15 @@ def test_garbage_on_the_port_is_dropped_and_the_checker_goes_on(tmp_path):
     served.join(30)
     assert not served.is_alive()
     assert checker.counts.bad_frames == 1 and stats["judged"] == 3 and len(rows(tmp_path / "out")) == 3
+
+
+def test_unreadable_tensors_are_a_skip_row_not_a_lost_connection(tmp_path):
+    from msprobe.core.acc_check.online.config import OnlineConfig
+    from msprobe.core.acc_check.online.server import OnlineChecker
+    checker = OnlineChecker(OnlineConfig(host="127.0.0.1", port=1), str(tmp_path / "out"),
+                            lambda h, t: {"forward": "pass", "backward": " ", "message": "", "details": []}, quiet=True)
+    head = {"seq": 0, "session": "s", "rank": 0, "step": 0, "name": "Functional.relu.0", "record": {},
+            "tensors": [{"dtype": "torch.float8_e4m3fn", "shape": [2], "nbytes": 2}]}
+    assert checker._handle_data(P.parse_bytes(P.encode_bytes(P.DATA, head, [b"\x00\x01"]))) == "judged"
+    (row,) = rows(tmp_path / "out")
+    assert row[:2] == ["Functional.relu.0.step0", "SKIP"] and "unsupported dtype" in row[3]

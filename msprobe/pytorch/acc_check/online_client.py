@@ -18,6 +18,7 @@ import os
 import torch
 
 from msprobe.core.acc_check.online.client import Sender
+from msprobe.core.acc_check.online.protocol import ITEMSIZE
 from msprobe.pytorch.dump.hooks import TLS, _DisableTF
 from msprobe.pytorch.dump.service import Service
 
@@ -38,6 +39,9 @@ class _Capture:
             if t.is_sparse or t.is_quantized or t.is_meta or t.is_nested:
                 return None
             dtype = str(t.dtype)
+            if dtype not in ITEMSIZE:  # not sent (float8 ...): the checker skips the call, naming the tensor
+                return {"type": _TENSOR_TYPES.get(type(v), "torch.Tensor"), "dtype": dtype, "shape": list(t.shape),
+                        "requires_grad": bool(v.requires_grad)}
             c = t.to("cpu", copy=True).contiguous()
             self.tensors.append((dtype, list(c.shape), c))
             return {"type": _TENSOR_TYPES.get(type(v), "torch.Tensor"), "dtype": dtype, "shape": list(c.shape),
@@ -71,7 +75,10 @@ class OnlineHandler:
     def begin(self, step, rank):
         self.step = step
         if self.sender is None:
-            self.sender = Sender(self.service.cfg.online, rank if rank is not None else 0)
+            try:
+                self.sender = Sender(self.service.cfg.online, rank if rank is not None else 0)
+            except Exception as exc:  # noqa: BLE001 - never into the training: nothing is sent then
+                self._warn("the sender", exc)
 
     def __call__(self, name, func, args, kwargs, distributed=False):
         TLS.depth += 1      # calls made by this one (and by the capture) are not captured

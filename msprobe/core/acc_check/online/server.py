@@ -266,9 +266,15 @@ class OnlineChecker:
         if row in files.done:
             self.counts.duplicate += 1
             return "duplicate"
-        tensors = P.tensor_views(frame)
         try:
-            res = self.judge(h, tensors)
+            tensors = P.tensor_views(frame)
+        except P.ProtocolError as exc:  # a whole frame whose tensors cannot be read: its row says why
+            tensors = None
+            res = {"forward": "SKIP", "backward": "SKIP", "message": f"{h['name']}: the received tensors cannot be "
+                   f"read ({exc}). SKIP.", "details": []}
+        try:
+            if tensors is not None:
+                res = self.judge(h, tensors)
         except Exception as exc:  # noqa: BLE001 - one call's failure is its row
             text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             res = {"forward": "SKIP", "backward": "SKIP", "message": f"Run {h['name']} UT Error: {text}", "details": []}
