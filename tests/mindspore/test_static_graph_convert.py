@@ -10,6 +10,7 @@ the IR rank_0/graphs/ms_output_trace_code_graph_0.ir), infer and train. Checked:
 - tensor task: dump_tensor_data files equal the source files;
 - `msprobe compare` of the converted dump with itself: every row equal, none unmatched (statistics and tensor);
 - statistic.csv (GPU/Ascend statistic mode; hand-made, CPU cannot write one) converts too;
+- `-cm` against a PyTorch twin with the same weights (main venv): every Cell pairs with its Module, values equal;
 - bad input: one MsprobeError line.
 These run in the main venv (no MindSpore needed) and in .venv-ms.
 """
@@ -232,3 +233,29 @@ def test_static_config_bad_input_is_one_line(device, jit, kw, words):
         check_static_config(_cfg(**kw), device, jit)
     assert "\n" not in str(e.value) and all(w in str(e.value) for w in words), str(e.value)
     check_static_config(_cfg(), "CPU", "O0")      # the default config is fine
+
+
+def test_static_dump_vs_pytorch_twin_with_cell_mapping(tmp_path):
+    """-cm: the converted static dump (Cell.fc.Dense...) against a PyTorch dump of the same network with the same
+    weights (Module.fc.Linear...): every Cell pairs with its Module, the values agree within fp32 rounding."""
+    try:
+        import torch  # noqa: F401
+    except Exception as exc:  # .venv-ms has no torch
+        pytest.skip(f"torch is not importable here ({type(exc).__name__}); the PyTorch twin runs in the main venv")
+    _convert(tmp_path / "ms" / "step0" / "rank", INFER)
+    res = subprocess.run([sys.executable, str(HERE / "pt_graph_net_twin.py"), str(INFER / "Net" / "0" / "0"),
+                          str(tmp_path / "pt")], capture_output=True, text=True, timeout=300, cwd=str(tmp_path),
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    (tmp_path / "cells.yaml").write_text("Dense: Linear\n")
+    res = subprocess.run([sys.executable, "-m", "msprobe", "compare", "-tp", str(tmp_path / "ms" / "step0" / "rank"),
+                          "-gp", str(tmp_path / "pt" / "step0" / "rank"), "-o", str(tmp_path / "cmp"), "--csv",
+                          "-cm", str(tmp_path / "cells.yaml")], capture_output=True, text=True, timeout=300,
+                         cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    [report] = (tmp_path / "cmp").glob("compare_result_*.csv")
+    pairs = {r["NPU Name"]: r for r in csv.DictReader(report.open()) if r["Bench Name"] != "N/A"}
+    assert len(pairs) == 10
+    assert pairs["Cell.block.dense.Dense.forward.0.output.0"]["Bench Name"] == "Module.block.dense.Linear.forward.0.output.0"
+    assert all(abs(float(r["Max diff"])) <= 1e-6 and abs(float(r["Min diff"])) <= 1e-6 for r in pairs.values())
+    assert "red: 0" in res.stdout + res.stderr
