@@ -4,6 +4,7 @@ msprobe's PrecisionDebugger in GRAPH_MODE (MindSpore's kernel dump, converted at
     python ms_graph_net.py OUT graph|pynative LEVEL TASK [--infer] [--steps N] [--late] [--jit] [--no-debugger] [--start-net]
 
 --no-debugger: the same run without msprobe.
+--no-step: (with --infer) step() is never called; the dump is converted when the process ends.
 --start-net: debugger.start(net) instead of start(train) (Cell names relative to Net).
 --late: the network runs once before PrecisionDebugger is created (MindSpore has compiled without the dump).
 --jit: PyNative mode with Net.construct under @mindspore.jit (Jit.* records).
@@ -74,7 +75,8 @@ if "--infer" in flags:
         debugger.start(net)
         result["out"].append(net(x).asnumpy().tolist())
         debugger.stop()
-        debugger.step()
+        if "--no-step" not in flags:
+            debugger.step()
 else:
     train = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params(), 0.01))
     for _ in range(steps):

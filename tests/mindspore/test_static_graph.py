@@ -243,3 +243,11 @@ def test_start_model_roots_the_cell_names(root, tmp_path):
     assert {"Cell.fc.Dense.forward.0.input.0", "Cell.head.Dense.forward.0.output.0",
             "Primitive.matmul.MatMul.1.forward.input.1"} <= paired and len(paired) == 30
     assert "red: 0  yellow: 0  within noise: 0  equal: 30" in text
+
+
+def test_without_step_the_dump_is_converted_at_exit(root):
+    out, result, _ = run_net(root, "graph", "L0", "statistics", "--infer", "--steps", "1", "--no-step")
+    data = json.loads((out / "step0" / "rank" / "dump.json").read_text())["data"]
+    assert list(data) == ["Cell.fc.Dense.forward.0", "Cell.block.Block.forward.0", "Cell.block.dense.Dense.forward.0",
+                          "Cell.block.act.ReLU.forward.0", "Cell.head.Dense.forward.0"]
+    assert data["Cell.head.Dense.forward.0"]["output"][0]["Max"] == pytest.approx(max(max(r) for r in result["out"][0]))

@@ -136,24 +136,25 @@ def test_tensor_task_and_md5(tmp_path):
     assert len(md5["data"]["Primitive.relu.ReLU.0.forward"]["output"][0]["md5"]) == 8
 
 
-@pytest.mark.parametrize("task", ["statistics", "tensor"])
-def test_self_compare_has_zero_differences(tmp_path, task):
+@pytest.mark.parametrize("task, fixture, rows_expected", [("statistics", TRAIN, 170), ("tensor", TRAIN, 170),
+                                                         ("statistics", INFER, 42), ("tensor", INFER, 42)])
+def test_self_compare_has_zero_differences(tmp_path, task, fixture, rows_expected):
     step = tmp_path / "dump" / "step0" / "rank"
-    _convert(step, task=task)
+    _convert(step, fixture, task=task)
     res = subprocess.run([sys.executable, "-m", "msprobe", "compare", "-tp", str(step), "-gp", str(step),
                           "-o", str(tmp_path / "cmp"), "--csv"], capture_output=True, text=True, timeout=300,
                          cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     [report] = (tmp_path / "cmp").glob("compare_result_*.csv")
     rows = list(csv.DictReader(report.open()))
-    assert len(rows) == 170
+    assert len(rows) == rows_expected
     assert all(r["Bench Name"] == r["NPU Name"] for r in rows)
     if task == "tensor":
         computed = [r for r in rows if r["Cosine"] not in ("unsupported", "N/A")]
         assert len(computed) > 100 and all(float(r["MaxAbsErr"]) == 0.0 and float(r["Cosine"]) == 1.0 for r in computed)
     else:
         assert all(r["Max diff"] in ("0.0", "N/A") for r in rows)
-    assert "red: 0  yellow: 0  within noise: 0  equal: 170  not compared: 0" in res.stdout + res.stderr
+    assert f"red: 0  yellow: 0  within noise: 0  equal: {rows_expected}  not compared: 0" in res.stdout + res.stderr
 
 
 def test_statistic_csv(tmp_path):
