@@ -151,7 +151,7 @@ def test_self_compare_has_zero_differences(tmp_path, task, fixture, rows_expecte
     assert all(r["Bench Name"] == r["NPU Name"] for r in rows)
     if task == "tensor":
         computed = [r for r in rows if r["Cosine"] not in ("unsupported", "N/A")]
-        assert len(computed) > 100 and all(float(r["MaxAbsErr"]) == 0.0 and float(r["Cosine"]) == 1.0 for r in computed)
+        assert len(computed) > rows_expected // 2 and all(float(r["MaxAbsErr"]) == 0.0 and float(r["Cosine"]) == 1.0 for r in computed)
     else:
         assert all(r["Max diff"] in ("0.0", "N/A") for r in rows)
     assert f"red: 0  yellow: 0  within noise: 0  equal: {rows_expected}  not compared: 0" in res.stdout + res.stderr
