@@ -165,6 +165,23 @@ def test_bad_input_one_line(tmp_path):
     assert not os.path.exists(d)
 
 
+def test_token_range_in_graph_mode_is_one_line(tmp_path):
+    code = ("import mindspore as ms\n"
+            "from mindspore import nn\n"
+            "ms.set_context(mode=ms.GRAPH_MODE)\n"
+            "from msprobe.mindspore import PrecisionDebugger\n"
+            "from msprobe.core.errors import MsprobeError\n"
+            f"d = PrecisionDebugger(dump_path={str(tmp_path / 'd')!r}, task='statistics', level='L1')\n"
+            "try:\n"
+            "    d.start(nn.Dense(2, 2), token_range=[0, 1])\n"
+            "except MsprobeError as e:\n"
+            "    print('ERR ' + str(e))\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=_env(),
+                         cwd=str(tmp_path))
+    lines = [ln[4:] for ln in res.stdout.splitlines() if ln.startswith("ERR ")]
+    assert len(lines) == 1 and "token_range" in lines[0] and "GRAPH_MODE" in lines[0], res.stdout + res.stderr
+
+
 # ---------------------------------------------------------------------------------------------- @jit in PyNative
 
 @pytest.mark.parametrize("level", ["mix", "L1"])

@@ -66,6 +66,9 @@ class PrecisionDebugger(DebuggerBase):
     _ROOT_WORD = "network"
 
     def _token_switches(self):
+        if type(self.service).__name__ == "StaticGraphService":
+            raise MsprobeError("start(token_range=...) counts the network's forwards with a Python hook, which a "
+                               "GRAPH_MODE graph does not run; select iterations with \"step\" in the config instead")
         from msprobe.mindspore.dump.hooks import RT
         return RT, ("on", "primitives_on")
 
