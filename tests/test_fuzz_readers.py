@@ -326,6 +326,8 @@ FLAGS = {
     "run_ut": ["-api_info", "-o", "-save_error_data", "-j", "-d", "-csv_path", "-f", "-config", "--timeout",
                "--data_mode", "-q"],
     "multi_run_ut": ["-api_info", "-o", "-n", "-d", "-csv_path", "-config", "-q"],
+    # (an overflowed-API re-run: on the fixture's statistics dump with no overflow it re-runs nothing)
+    "run_overflow_check": ["-api_info", "-o", "-j", "-d", "--timeout", "--data_mode", "-q"],
     "config_check": ["-d", "-c", "-o"],
     # (dc's -cmp_path names a converter script to run: a user's choice, left out of the fuzzing)
     "parse": ["pt", "cn", "pk", "dc", "-n", "-m", "-g", "-p", "-s", "-al", "-rl", "-f", "-out"],
