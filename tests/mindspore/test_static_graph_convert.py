@@ -77,6 +77,13 @@ def test_infer_names_parents_and_dataflow(tmp_path):
     assert len(block["input_args"]) == 1 and len(block["output"]) == 1
     assert block["input_args"][0]["Max"] == pytest.approx(float(fc_out.max()))
     assert block["output"][0]["Norm"] == pytest.approx(float(np.sqrt((add_out.astype(np.float64) ** 2).sum())), rel=1e-6)
+    # Cell parameters: the weights its own kernels read, by short name (as PyNative records them)
+    fc = data["Cell.fc.Dense.forward.0"]
+    assert {p: r["shape"] for p, r in fc["parameters"].items()} == {"weight": [8, 4], "bias": [8]}
+    w = np.load([INFER / "Net" / "0" / "0" / f for f in os.listdir(INFER / "Net" / "0" / "0")
+                 if f.startswith("Parameter.fc_weight.")][0])
+    assert fc["parameters"]["weight"]["Max"] == float(w.max())
+    assert "parameters" not in data["Cell.block.Block.forward.0"]      # Block's own kernel (Add) reads no weight
     # statistics equal numpy's on the source file
     relu_in = _src(INFER, "ReLU", "Default_block-Block_act-ReLU_ReLU-op0", "input")
     r = data["Primitive.relu.ReLU.0.forward"]["input_args"][0]
@@ -123,7 +130,7 @@ def test_levels_and_data_mode(tmp_path):
     assert all(set(v) == {"input_args", "input_kwargs", "output"} for v in bwd["data"].values())
     _, fwd_in, _, _ = _convert(tmp_path / "fwd_in", data_mode=("forward", "input"))
     assert all(n.endswith(".forward") or ".forward." in n for n in fwd_in["data"])
-    assert all(set(v) == {"input_args", "input_kwargs"} for v in fwd_in["data"].values())
+    assert all(set(v) - {"parameters"} == {"input_args", "input_kwargs"} for v in fwd_in["data"].values())
 
 
 def test_tensor_task_and_md5(tmp_path):
@@ -136,8 +143,8 @@ def test_tensor_task_and_md5(tmp_path):
     assert len(md5["data"]["Primitive.relu.ReLU.0.forward"]["output"][0]["md5"]) == 8
 
 
-@pytest.mark.parametrize("task, fixture, rows_expected", [("statistics", TRAIN, 170), ("tensor", TRAIN, 170),
-                                                         ("statistics", INFER, 42), ("tensor", INFER, 42)])
+@pytest.mark.parametrize("task, fixture, rows_expected", [("statistics", TRAIN, 179), ("tensor", TRAIN, 179),
+                                                         ("statistics", INFER, 48), ("tensor", INFER, 48)])
 def test_self_compare_has_zero_differences(tmp_path, task, fixture, rows_expected):
     step = tmp_path / "dump" / "step0" / "rank"
     _convert(step, fixture, task=task)
@@ -238,7 +245,7 @@ def test_static_config_bad_input_is_one_line(device, jit, kw, words):
 
 def test_static_dump_vs_pytorch_twin_with_cell_mapping(tmp_path):
     """-cm: the converted static dump (Cell.fc.Dense...) against a PyTorch dump of the same network with the same
-    weights (Module.fc.Linear...): every Cell pairs with its Module, the values agree within fp32 rounding."""
+    weights (Module.fc.Linear...): every Cell (inputs, outputs, weights) pairs with its Module, the values agree within fp32 rounding."""
     try:
         import torch  # noqa: F401
     except Exception as exc:  # .venv-ms has no torch
@@ -256,7 +263,8 @@ def test_static_dump_vs_pytorch_twin_with_cell_mapping(tmp_path):
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     [report] = (tmp_path / "cmp").glob("compare_result_*.csv")
     pairs = {r["NPU Name"]: r for r in csv.DictReader(report.open()) if r["Bench Name"] != "N/A"}
-    assert len(pairs) == 10
+    assert len(pairs) == 16                        # 10 Cell inputs/outputs, 6 weights
+    assert pairs["Cell.fc.Dense.forward.0.parameters.weight"]["Bench Name"] == "Module.fc.Linear.forward.0.parameters.weight"
     assert pairs["Cell.block.dense.Dense.forward.0.output.0"]["Bench Name"] == "Module.block.dense.Linear.forward.0.output.0"
     assert all(abs(float(r["Max diff"])) <= 1e-6 and abs(float(r["Min diff"])) <= 1e-6 for r in pairs.values())
     assert "red: 0" in res.stdout + res.stderr

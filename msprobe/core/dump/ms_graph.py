@@ -22,7 +22,8 @@ the IR gives the real scope back (``Default/block-Block/dense-Dense/MatMul-op0``
   ``Cell.{path}.{Class}.forward.{n}`` (with ``model_class``, the class of the Cell given to ``start(model)``,
   paths below a Cell of that class are relative to it and that Cell has no record, as in PyNative dumps), its ``input_args`` the values its kernels take from outside the
   Cell (graph inputs and other Cells' outputs, not weights), its ``output`` the values kernels outside
-  it take from it (data flow from the IR); a kernel's parent in construct.json is its innermost Cell;
+  it take from it (data flow from the IR), its ``parameters`` the weights its own kernels read (by short name,
+  ``weight``/``bias``, as the PyNative dumper records them); a kernel's parent in construct.json is its innermost Cell;
 * stack.json: the IR's code lines of the kernel (``File <path>, line <n>, in <scope>``) and its scope.
 
 Statistics come from the ``.npy`` files (:mod:`msprobe.core.dump.np_stats`, the PyNative rules) or,
@@ -60,6 +61,7 @@ _NP_TO_MS = {"bool": "Bool", "int8": "Int8", "int16": "Int16", "int32": "Int32",
              "float16": "Float16", "float32": "Float32", "float64": "Float64", "complex64": "Complex64",
              "complex128": "Complex128"}
 STAT_CACHE_MAX = 200_000
+_PARA_PREFIX_RE = re.compile(r"^%para\d+_")
 _OPNUM_RE = re.compile(r"-op\d+$")
 _PASS_THROUGH = ("Load", "Depend", "TensorMove")   # a value flowing through these is the same value
 
@@ -503,11 +505,21 @@ class StepRecords:
             prefix = f"Cell.{path}.{key[-1][1]}"
             inputs: List[Tuple[_Slot, Optional[str]]] = []
             outputs: List[Tuple[_Slot, Optional[str]]] = []
+            params: Dict[str, _Slot] = {}
             if ir is not None and all(k.node is not None for k in ks):
                 seen_in = set()
+                full_path = ".".join(name for name, _ in key)
                 for k in ks:
+                    own = chains.get(id(k)) == key
                     for i, arg in enumerate(ir.args(k.node)):
                         kind, what = ir.source(k.node.graph, arg)
+                        if kind == "weight":
+                            # a weight used by a kernel of this very Cell: its "parameters" entry, by short name
+                            owner, _, short = _PARA_PREFIX_RE.sub("", what).rpartition(".")
+                            if (own and i in k.inputs and short not in params
+                                    and (not owner or f".{full_path}".endswith(f".{owner}"))):
+                                params[short] = k.inputs[i]
+                            continue
                         if kind == "node":
                             src = by_node.get(id(what))
                             if src is not None and chains.get(id(src), ())[:len(key)] == key:
@@ -540,7 +552,7 @@ class StepRecords:
                 outputs = [(ks[-1].outputs[i], None) for i in sorted(ks[-1].outputs)]
             n = self.cell_count.get(prefix, 0)
             self.cell_count[prefix] = n + 1
-            out[key] = {"name": f"{prefix}.forward.{n}", "inputs": inputs, "outputs": outputs,
+            out[key] = {"name": f"{prefix}.forward.{n}", "inputs": inputs, "outputs": outputs, "params": params,
                         "parent": key[:-1], "first": ks[0]}
         return out
 
@@ -561,6 +573,8 @@ class StepRecords:
             rec["input_kwargs"] = {}
         if self._want("output"):
             rec["output"] = [self._tensor(s, f"{name}.output.{i}") for i, (s, _) in enumerate(cell["outputs"])]
+        if cell["params"] and self._want("input"):
+            rec["parameters"] = {p: self._tensor(s, f"{name}.parameters.{p}") for p, s in cell["params"].items()}
         self.data[name] = rec
         parent = cell["parent"]
         self.construct[name] = self._parent_names.get(parent) if parent else None
