@@ -453,11 +453,7 @@ class StatBuffer:
                     mean = total / slot.numel
                     if isfinite(total) and isfinite(norm):
                         mean = unpack(pack(mean))[0]
-                        for rec in slot.recs:
-                            rec["Max"] = mx
-                            rec["Min"] = mn
-                            rec["Mean"] = mean
-                            rec["Norm"] = norm
+                        _put(slot, mx, mn, mean, norm)
                     else:
                         _fill(slot, mx, mn, _round_f32(mean), norm)
                     continue
@@ -469,11 +465,7 @@ class StatBuffer:
                         pos += 4
                         mean = unpack(pack(total / slot.numel))[0]
                         norm = unpack(pack(sqrt(sq)))[0]
-                        for rec in slot.recs:
-                            rec["Max"] = mx
-                            rec["Min"] = mn
-                            rec["Mean"] = mean
-                            rec["Norm"] = norm
+                        _put(slot, mx, mn, mean, norm)
                         continue
                 if kind == 0 or kind == 4:
                     mx, mn, total, norm = flat[pos:pos + 4]
@@ -547,11 +539,7 @@ def _fill_done(slots):
             if abs(mean) < _F32_MAX and norm < _F32_MAX:
                 mean = unpack(pack(mean))[0]
                 norm = unpack(pack(norm))[0]
-                for rec in slot.recs:
-                    rec["Max"] = mx
-                    rec["Min"] = mn
-                    rec["Mean"] = mean
-                    rec["Norm"] = norm
+                _put(slot, mx, mn, mean, norm)
                 continue
             _fill(slot, mx, mn, _to_f32(mean), _to_f32(norm))
             continue
@@ -568,7 +556,17 @@ def _round_f32(v):
         return v
 
 
+def _put(slot, mx, mn, mean, norm):
+    """Write four finite statistics into every record of ``slot``."""
+    for rec in slot.recs:
+        rec["Max"] = mx
+        rec["Min"] = mn
+        rec["Mean"] = mean
+        rec["Norm"] = norm
+
+
 def _fill(slot, mx, mn, mean, norm):
+    """Write four statistics, NaN / inf as their JSON markers, into every record of ``slot``."""
     mx, mn, mean, norm = number(mx), number(mn), number(mean), number(norm)
     for rec in slot.recs:
         rec["Max"] = mx
