@@ -116,8 +116,12 @@ def multirank_from_single(src_step: Path, dst: Path, ranks: int = 2) -> Path:
 
 
 @needs_ray
-@pytest.mark.parametrize("fmt", ["csv", "xlsx"])
-def test_statistics_multirank_compare_identical(tmp_path, capsys, ray_cluster, fmt):
+@pytest.mark.parametrize("fmt,writer", [("csv", "task"), ("xlsx", "task"), ("csv", "driver"), ("xlsx", "driver")])
+def test_statistics_multirank_compare_identical(tmp_path, capsys, ray_cluster, monkeypatch, fmt, writer):
+    """writer "task": the tasks see the output folder and write their reports there; "driver": they send
+    the rendered bytes and the driver writes them (an output folder the workers do not share)."""
+    if writer == "driver":
+        monkeypatch.setenv("MSPROBE_RAY_DRIVER_WRITES", "1")
     case = fixtures_or_skip() / MULTI
     args = ["compare", "-tp", case / "target" / "step0", "-gp", case / "golden" / "step0", "-q"]
     if fmt == "csv":
@@ -130,8 +134,11 @@ def test_statistics_multirank_compare_identical(tmp_path, capsys, ray_cluster, f
 
 
 @needs_ray
-@pytest.mark.parametrize("case_name", ["mlp_bf16_md5", "mlp_bf16_tensor_mix"])
-def test_md5_and_tensor_multirank_compare_identical(tmp_path, capsys, ray_cluster, case_name):
+@pytest.mark.parametrize("case_name,writer", [("mlp_bf16_md5", "task"), ("mlp_bf16_tensor_mix", "task"),
+                                              ("mlp_bf16_tensor_mix", "driver")])
+def test_md5_and_tensor_multirank_compare_identical(tmp_path, capsys, ray_cluster, monkeypatch, case_name, writer):
+    if writer == "driver":
+        monkeypatch.setenv("MSPROBE_RAY_DRIVER_WRITES", "1")
     case = fixtures_or_skip() / case_name
     t = multirank_from_single(case / "target" / "step0", tmp_path / "t")
     g = multirank_from_single(case / "golden" / "step0", tmp_path / "g")
@@ -263,6 +270,7 @@ def test_bad_rank_is_recorded_and_the_others_compared(tmp_path, capsys, ray_clus
 @needs_ray
 def test_interrupt_leaves_no_report(tmp_path, ray_cluster, monkeypatch):
     """Ctrl-C while the driver writes the reports: the Ray tasks are cancelled and no report is left."""
+    monkeypatch.setenv("MSPROBE_RAY_DRIVER_WRITES", "1")
     from msprobe.core.compare import runner
     from msprobe.core.compare.config import CompareConfig
     from msprobe.core.executor import ray_backend
@@ -396,3 +404,42 @@ def test_every_command_spreads_work_through_the_executor():
             assert rel in allowed_pools, rel
         if re.search(r"\.Process\(target=", text):
             assert rel in allowed_process | {"msprobe/core/procpool.py"}, rel
+
+
+class _Bar:
+    """A progress job whose first finish() is a Ctrl-C (the driver is interrupted as a rank comes back)."""
+    hits = []
+
+    def __init__(self):
+        self.finished = False
+
+    def __call__(self, *args):
+        pass
+
+    def finish(self):
+        _Bar.hits.append(1)
+        if len(_Bar.hits) == 1:
+            raise KeyboardInterrupt
+        self.finished = True
+
+    def abandon(self):
+        self.finished = True
+
+
+@needs_ray
+def test_interrupt_with_tasks_writing_in_place_leaves_no_report(tmp_path, ray_cluster):
+    """Tasks that write their reports into the shared output folder: Ctrl-C on the driver removes the reports
+    already there, and those of tasks that finished while being cancelled; no temporary file stays."""
+    from msprobe.core.compare import runner
+    from msprobe.core.compare.config import CompareConfig
+    from msprobe.core.executor import ray_backend
+
+    case = fixtures_or_skip() / MULTI
+    out = tmp_path / "out"
+    cfg = CompareConfig(target=str(case / "target" / "step0"), golden=str(case / "golden" / "step0"),
+                        output_dir=str(out), fmt="csv", backend=ray_backend())
+    _Bar.hits.clear()
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_compare(cfg, progress_factory=lambda label: _Bar(), advisor=True, failures=[])
+    assert _Bar.hits
+    assert os.listdir(out) == []

@@ -80,7 +80,8 @@ def worker_count(requested: Optional[int], work: int) -> int:
 def run_tasks(fn: Callable, tasks: Sequence, workers: int, *, backend: Optional[str] = None,
               on_event: Optional[Callable] = None, on_result: Optional[Callable] = None,
               on_error: Optional[Callable] = None, collect: bool = True, remove_written: bool = False,
-              name: str = "msprobe-worker", stop_on_error: bool = True, temp_dirs: Sequence[str] = ()) -> List:
+              name: str = "msprobe-worker", stop_on_error: bool = True, temp_dirs: Sequence[str] = (),
+              on_late: Optional[Callable] = None) -> List:
     """Run ``fn(task, emit)`` for every task; results in task order (None where a task failed and
     ``on_error`` took its error, and everywhere when ``collect`` is false).
 
@@ -88,12 +89,14 @@ def run_tasks(fn: Callable, tasks: Sequence, workers: int, *, backend: Optional[
     output: results then stream into the writer instead of piling up). ``on_error(index, exc)``: given, a
     failing task is handed to it and the other tasks go on; otherwise the first error is raised (at once
     with ``stop_on_error``). Ctrl-C or an error stops the remaining tasks (workers terminated, Ray tasks
-    cancelled). ``remove_written``/``temp_dirs``: see :func:`msprobe.core.procpool.run_tasks`."""
+    cancelled). ``remove_written``/``temp_dirs``: see :func:`msprobe.core.procpool.run_tasks` (local backend).
+    ``on_late(index, result)`` (Ray backend): a task that finished while the run was being stopped, so that the
+    caller can remove what it wrote (a local worker's files are removed by procpool itself)."""
     if is_ray(backend):
         from msprobe.core.executor_ray import run_ray
 
         return run_ray(fn, tasks, ray_address(backend), on_result=on_result, on_error=on_error, collect=collect,
-                       stop_on_error=stop_on_error, name=name)
+                       stop_on_error=stop_on_error, name=name, on_late=on_late)
     from msprobe.core.procpool import run_tasks as run_local
 
     return run_local(fn, tasks, worker_count(workers, len(tasks)), on_event=on_event, on_result=on_result,

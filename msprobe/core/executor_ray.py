@@ -31,6 +31,7 @@ log = logging.getLogger("msprobe")
 INSTALL_HINT = "pip install 'msprobe[ray]'  (or: pip install ray)"
 MAX_RETRIES = 3          # a worker that dies is replaced and its task run again, this many times
 KILL_ONCE_ENV = "MSPROBE_FAULT_KILL_ONCE"
+LATE_SECONDS = 10.0      # how long a stopped run waits for each cancelled task's end
 WORKER_NAME = "msprobe-ray-task"
 
 
@@ -143,7 +144,7 @@ def _picklable(exc: BaseException) -> BaseException:
 
 def run_ray(fn: Callable, tasks: Sequence, address: Optional[str], *, on_result: Optional[Callable] = None,
             on_error: Optional[Callable] = None, collect: bool = True, stop_on_error: bool = True,
-            name: str = "msprobe") -> List:
+            name: str = "msprobe", on_late: Optional[Callable] = None) -> List:
     """See :func:`msprobe.core.executor.run_tasks`."""
     ray = connect(address)
     from ray.exceptions import RayError
@@ -198,5 +199,14 @@ def run_ray(fn: Callable, tasks: Sequence, address: Optional[str], *, on_result:
                 ray.cancel(ref, force=True)
             except Exception:  # noqa: BLE001 - already finished or gone
                 pass
+        if on_late is not None:
+            # a task that finished before its cancel arrived may have written its outputs: the caller removes them
+            for ref, i in pending.items():
+                try:
+                    status, value, _records = ray.get(ref, timeout=LATE_SECONDS)
+                except BaseException:  # noqa: BLE001 - cancelled, killed, or still running: nothing to hand over
+                    continue
+                if status == "ok":
+                    on_late(i, value)
         raise
     return results

@@ -341,11 +341,15 @@ def _end(bar, ok: bool) -> None:
 
 
 def compare_rank(cfg: CompareConfig, job: RankJob, _emit=None, fallback=None, advisor: bool = False,
-                 keep_tables: bool = True) -> RankOutput:
-    """A Ray task (msprobe.core.executor): compare one pair where its dump lies, render its report file and
-    compute its advice here; the driver only writes the bytes (:func:`run_job` with ``prepared``), so its
-    share of a rank stays small. ``fallback``: the tensor loader the driver registered for formats the fast
-    reader does not know."""
+                 keep_tables: bool = True, out_dir: str = "", ts: str = "", probe: str = ""):
+    """A Ray task (msprobe.core.executor): compare one pair where its dump lies.
+
+    When this task sees the driver's ``probe`` file (the output folder is on storage shared with the driver,
+    or the task runs on the driver's machine) it writes the report and advisor files itself, as a local
+    worker does (:func:`run_job`), and returns the :class:`RankResult`. Otherwise it renders the report file
+    and computes the advice here and returns a :class:`RankOutput`; the driver writes the bytes
+    (:func:`run_job` with ``prepared``). ``fallback``: the tensor loader the driver registered for formats
+    the fast reader does not know."""
     import tempfile
 
     start = time.perf_counter()
@@ -353,6 +357,8 @@ def compare_rank(cfg: CompareConfig, job: RankJob, _emit=None, fallback=None, ad
         from msprobe.core.io import tensors
 
         tensors.register_fallback(fallback)
+    if probe and out_dir and os.path.exists(probe):
+        return run_job(cfg, job, out_dir, ts, advisor=advisor, keep_tables=keep_tables)
     rep = compare_dumps(cfg, job.target_json, job.golden_json)
     with tempfile.TemporaryDirectory(prefix="msprobe-report-") as d:
         tmp = os.path.join(d, f"report.{cfg.fmt}")
@@ -454,6 +460,22 @@ def _run_parallel(cfg, jobs, out_dir, ts, workers, bars, results, advisor=False,
     return results
 
 
+DRIVER_WRITES_ENV = "MSPROBE_RAY_DRIVER_WRITES"   # "1": the driver writes every report (no in-place writing)
+
+
+def _make_probe(out_dir: str) -> str:
+    """An empty file in the output folder: a Ray task that sees it writes its report there itself."""
+    from msprobe.core.fileio import TEMP_PREFIX, temp_tag
+    import tempfile
+
+    try:
+        fd, path = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{temp_tag()}-probe-", suffix=".tmp", dir=out_dir)
+    except OSError:
+        return ""
+    os.close(fd)
+    return path
+
+
 def _run_ray(cfg, jobs, out_dir, ts, bars, results, advisor, keep_tables, failures, progress_factory):
     """One Ray task per rank (:func:`compare_rank`, reading the dumps where they lie); each report comes back
     as columns and is written here by :func:`run_job` as soon as it arrives (the writers of the local path:
@@ -473,8 +495,11 @@ def _run_ray(cfg, jobs, out_dir, ts, bars, results, advisor, keep_tables, failur
                     f"{done['failed']} failed, {rate:,.0f} rows/s")
 
     def on_result(i, value):
-        res = run_job(cfg, jobs[i], out_dir, ts, progress=bars.get(i), advisor=advisor, keep_tables=keep_tables,
-                      prepared=value)
+        if isinstance(value, RankResult):       # written by the task into the shared output folder
+            res = value
+        else:
+            res = run_job(cfg, jobs[i], out_dir, ts, progress=bars.get(i), advisor=advisor,
+                          keep_tables=keep_tables, prepared=value)
         rep = res.report
         order[id(res)] = i
         results.append(res)          # known at once: removed again if the run stops
@@ -494,17 +519,36 @@ def _run_ray(cfg, jobs, out_dir, ts, bars, results, advisor, keep_tables, failur
         _end(bars.get(i), False)
         tick()
 
+    def on_late(_i, value):
+        if isinstance(value, RankResult):       # written in place just before the run stopped: removed
+            for p in (value.path, value.advisor_path):
+                try:
+                    if p:
+                        os.unlink(p)
+                except OSError:
+                    pass
+
     from msprobe.core.io import tensors
 
+    probe = "" if os.environ.get(DRIVER_WRITES_ENV, "").strip() in ("1", "true", "yes") else _make_probe(out_dir)
     task = functools.partial(compare_rank, cfg, fallback=getattr(tensors, "_fallback", None), advisor=advisor,
-                             keep_tables=keep_tables)
+                             keep_tables=keep_tables, out_dir=out_dir, ts=ts, probe=probe)
     tick()
     try:
         run_tasks(task, jobs, len(jobs), backend=cfg.backend, on_result=on_result, on_error=on_error,
-                  collect=False, name="msprobe-compare")
+                  collect=False, name="msprobe-compare", on_late=on_late)
     except BaseException:
         _end(overall, False)
+        from msprobe.core.fileio import clean_stale_temps
+
+        clean_stale_temps(out_dir)          # what a cancelled task was writing there
         raise
+    finally:
+        if probe:
+            try:
+                os.unlink(probe)
+            except OSError:
+                pass
     _end(overall, True)
     results.sort(key=lambda r: order[id(r)])           # job order, as the local backend gives
     return results
