@@ -98,6 +98,7 @@ class Plan:
     framework: str
     real_data: bool
     items: List[ApiItem]
+    names: frozenset = frozenset()  # every API name of the dump, those that -f left out too
 
     @property
     def runnable(self) -> List[ApiItem]:
@@ -331,7 +332,8 @@ def build_plan(dump_json: str, cfg: Optional[RunUtConfig] = None, filter_api: bo
         kept.append(it)
     for i, it in enumerate(kept):
         it.index = i
-    return Plan(dump_json=path, framework=rules.framework, real_data=real, items=kept)
+    return Plan(dump_json=path, framework=rules.framework, real_data=real, items=kept,
+                names=frozenset(it.name for it in items))
 
 
 def _check_white_list(cfg: RunUtConfig, items: List[ApiItem], path: str) -> None:

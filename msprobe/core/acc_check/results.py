@@ -14,7 +14,7 @@ import math
 import os
 import re
 import time
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Collection, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from msprobe.core.errors import MsprobeError
 
@@ -149,9 +149,11 @@ def _read_rows(path: str, what: str) -> Tuple[List[List[str]], bool]:
     return rows, torn
 
 
-def open_resume(csv_path: str, precision: int = 14) -> ResultFiles:
+def open_resume(csv_path: str, precision: int = 14, dump_apis: Optional[Collection[str]] = None,
+                dump_json: str = "") -> ResultFiles:
     """Check the result CSV of an interrupted run and its details twin, repair a torn end, and open both for
-    appending; ``done`` holds the APIs already judged.  Problems are one MsprobeError line each."""
+    appending; ``done`` holds the APIs already judged.  ``dump_apis``: every API name of the dump being resumed
+    (a result row naming another API means the CSV is of another dump).  Problems are one MsprobeError line each."""
     path = os.path.abspath(csv_path)
     if not RESULT_RE.match(os.path.basename(path)):
         raise MsprobeError(f"-csv_path {path}: When continue run ut, please do not modify the result csv name "
@@ -177,12 +179,25 @@ def open_resume(csv_path: str, precision: int = 14) -> ResultFiles:
     if len(set(done)) != len(done):
         dup = next(n for n in done if done.count(n) > 1)
         raise MsprobeError(f"-csv_path {path}: API {dup} appears twice; the file is corrupt")
+    if dump_apis is not None:
+        foreign = [n for n in done if n not in dump_apis]
+        if foreign:
+            more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
+            raise MsprobeError(f"-csv_path {path}: API {foreign[0]}{more} is not in dump.json {dump_json}: the CSV "
+                               f"is of another dump; resume with the -api_info of the interrupted run")
     drows, dtorn = _read_rows(details, "details CSV")
     if not drows or drows[0][:4] != DETAILS_HEADER[:4]:
         raise MsprobeError(f"details CSV {details} does not start with the header {','.join(DETAILS_HEADER[:4])},...: "
                            f"it is corrupt or not a run_ut details CSV")
     known = set(done)
-    keep = [r for r in drows[1:] if _api_of_detail(r[0] if r else "") in known]
+    keep = []
+    for i, r in enumerate(drows[1:], start=2):
+        if _api_of_detail(r[0] if r else "") not in known:
+            continue  # a row of an API without its result row (killed between the two writes): dropped
+        keep.append(r)
+        if len(r) != len(DETAILS_HEADER):
+            raise MsprobeError(f"-csv_path {path}: row {i} of its details file {details} has {len(r)} fields, not "
+                               f"{len(DETAILS_HEADER)}: the file is corrupt; start a new run without -csv_path")
     if torn:
         _rewrite(path, [RESULT_HEADER] + rows[1:])
     if dtorn or len(keep) != len(drows) - 1:

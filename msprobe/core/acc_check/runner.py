@@ -112,7 +112,7 @@ def _run(opts: Options, target: Optional[str]) -> Summary:
     target = target or CHECKERS[plan.framework]
     created = None  # the output folder, when this run made it (removed again if the run does not start)
     if opts.csv_path:
-        files = open_resume(opts.csv_path)
+        files = open_resume(opts.csv_path, dump_apis=plan.names, dump_json=plan.dump_json)
     else:
         created = None if os.path.isdir(opts.out_path or "./") else os.path.abspath(opts.out_path)
         out = ensure_output_dir(opts.out_path or "./")
