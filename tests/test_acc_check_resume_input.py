@@ -89,3 +89,13 @@ def test_resume_with_filter_keeps_the_apis_it_leaves_out(tmp_path, finished, cap
                  "-f", "-q"]) == 0
     assert "0 APIs checked" in capsys.readouterr().out
     assert res.read_text(encoding="utf-8").count("\n") == rows_before  # nothing judged twice, nothing added
+
+
+@pytest.mark.parametrize("command", ["run_ut", "run_overflow_check"])
+@pytest.mark.parametrize("value", ["nan", "0", "-3"])
+def test_timeout_that_is_not_a_positive_number_is_one_line(tmp_path, finished, capsys, command, value):
+    """--timeout nan was taken: no API could ever time out and the pool's wait became a busy loop."""
+    out = tmp_path / "never"
+    assert main(["-f", "pytorch", command, "-api_info", str(finished[0]), "-o", str(out), "--timeout", value]) == 2
+    assert "--timeout must be a positive number of seconds" in _one_line(capsys)
+    assert not out.exists()

@@ -106,7 +106,7 @@ def _run(opts: OverflowOptions, target: str) -> OverflowSummary:
     check_devices(opts.devices)
     if opts.jobs < 1 or opts.jobs > 64:
         raise MsprobeError(f"the number of processes must be between 1 and 64, not {opts.jobs}")
-    if opts.timeout <= 0:
+    if not opts.timeout > 0:  # nan too (it would never time out, and the pool would spin)
         raise MsprobeError(f"--timeout must be a positive number of seconds, not {opts.timeout:g}")
     plan = build_plan(opts.api_info, data_mode=opts.data_mode)
     if plan.framework != "pytorch":

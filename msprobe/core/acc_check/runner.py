@@ -97,7 +97,7 @@ def _run(opts: Options, target: Optional[str]) -> Summary:
     check_devices(opts.devices)
     if opts.jobs < 1 or opts.jobs > 64:
         raise MsprobeError(f"the number of processes must be between 1 and 64, not {opts.jobs}")
-    if opts.timeout <= 0:
+    if not opts.timeout > 0:  # nan too (it would never time out, and the pool would spin)
         raise MsprobeError(f"--timeout must be a positive number of seconds, not {opts.timeout:g}")
     cfg = load_run_ut_config(opts.config)
     started = time.perf_counter()
