@@ -206,22 +206,25 @@ START_S = 10.0      # connect to the running cluster, start a worker per core, i
 
 
 def model(rank_s: float, write_s: float, nbytes: int, report_bytes: int, task_s: float) -> None:
-    """The projection of docs/scale.md for 4,096 ranks, printed for 1, 4 and 16 nodes of 64 cores."""
+    """The projection of docs/scale.md for 4,096 ranks on 1, 4 and 16 nodes of 64 cores, for the two ways
+    the reports are written: by the tasks into a shared output folder, or by the driver."""
     print(f"model inputs: task body {rank_s:.3f} s per rank (compare + render), Ray {task_s * 1000:.2f} ms per task, "
           f"driver {write_s * 1000:.2f} ms + {report_bytes / 1e6:.2f} MB per report, dump.json {nbytes / 1e6:.1f} MB "
           f"per rank and side; storage {READ_GBS:.0f} GB/s, driver network {DRIVER_GBS} GB/s, start {START_S:.0f} s")
     print()
-    print("| ranks | nodes x cores | compute s | storage s | driver s | projected s |")
-    print("|---|---|---|---|---|---|")
+    print("| ranks | nodes x cores | compute s | storage s (reads + report writes) | driver s (driver writes) | "
+          "projected s, shared output | projected s, driver writes |")
+    print("|---|---|---|---|---|---|---|")
     ranks, cores = 4096, 64
     for nodes in (1, 4, 16):
         workers = nodes * cores
         compute = -(-ranks // workers) * (rank_s + task_s)
-        storage = ranks * 2 * nbytes / (READ_GBS * 1e9)
+        storage = ranks * (2 * nbytes + report_bytes) / (READ_GBS * 1e9)
         driver = ranks * (write_s + report_bytes / (DRIVER_GBS * 1e9))
-        total = START_S + max(compute, storage, driver)
-        print(f"| {ranks} | {nodes} x {cores} | {compute:.1f} | {storage:.1f} | {driver:.1f} | {total:.0f} |")
-
+        shared = START_S + max(compute, storage)
+        via_driver = START_S + max(compute, storage, driver)
+        print(f"| {ranks} | {nodes} x {cores} | {compute:.1f} | {storage:.1f} | {driver:.1f} | {shared:.0f} | "
+              f"{via_driver:.0f} |")
 
 if __name__ == "__main__":
     sys.exit(main())
