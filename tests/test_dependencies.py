@@ -76,17 +76,22 @@ def _setup_kwargs():
 
 
 class _Imports(ast.NodeVisitor):
-    """(top-level module, lineno, inside a function) for every import of one file."""
+    """(top-level module, lineno, inside a function) for every import of one file; ``guarded``: the lines of
+    imports inside a ``try`` block (at any depth)."""
 
     _LITERAL_CALLS = {"import_module", "find_spec", "__import__"}
 
     def __init__(self):
         self.found = []
+        self.guarded = set()
         self._depth = 0
+        self._try = 0
 
     def _add(self, name, node):
         if name:
             self.found.append((name.split(".")[0], node.lineno, self._depth > 0))
+            if self._try:
+                self.guarded.add(node.lineno)
 
     def _function(self, node):
         self._depth += 1
@@ -94,6 +99,16 @@ class _Imports(ast.NodeVisitor):
         self._depth -= 1
 
     visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function
+
+    def visit_Try(self, node):
+        self._try += 1
+        for stmt in node.body:
+            self.visit(stmt)
+        self._try -= 1
+        for part in (*node.handlers, *node.orelse, *node.finalbody):
+            self.visit(part)
+
+    visit_TryStar = visit_Try
 
     def visit_Import(self, node):
         for alias in node.names:
@@ -113,7 +128,7 @@ class _Imports(ast.NodeVisitor):
 
 
 def _third_party_imports():
-    """{module: [(relative path, lineno, lazy), ...]} over msprobe/."""
+    """{module: [(relative path, lineno, lazy, guarded by a try), ...]} over msprobe/."""
     stdlib = set(sys.stdlib_module_names)
     out = {}
     for path in sorted(PKG.rglob("*.py")):
@@ -123,7 +138,7 @@ def _third_party_imports():
         for mod, line, lazy in visitor.found:
             if mod in stdlib or mod == "msprobe" or mod == "__future__":
                 continue
-            out.setdefault(mod, []).append((rel, line, lazy))
+            out.setdefault(mod, []).append((rel, line, lazy, line in visitor.guarded))
     return out
 
 
@@ -172,7 +187,9 @@ def test_extras_are_imported_only_where_they_belong():
     for mod, sites in IMPORTS.items():
         dist = IMPORT_TO_DIST.get(mod)
         if mod in UNDECLARED:
-            # optional by nature: never at module level outside the framework folders / a try block
+            # optional by nature: imported inside a function or a try block, never unguarded at module level
+            bad += [f"{rel}:{line} imports the undeclared {mod} unguarded at module level"
+                    for rel, line, lazy, guarded in sites if not (lazy or guarded)]
             continue
         if dist is None or _dist_name(dist) in required:
             continue
@@ -180,14 +197,14 @@ def test_extras_are_imported_only_where_they_belong():
         assert extra is not None, f"{mod}: {dist} is in no extra"
         scopes = EXTRA_SCOPES.get(extra)
         assert scopes is not None, f"extra {extra!r}: add its folders to EXTRA_SCOPES in this test"
-        for rel, line, lazy in sites:
+        for rel, line, lazy, _ in sites:
             if not lazy and not any(rel == s or rel.startswith(s + "/") for s in scopes):
                 bad.append(f"{rel}:{line} imports {mod} (extra {extra}) at module level")
     assert not bad, bad
 
 
 def test_core_never_imports_a_framework():
-    bad = [f"{rel}:{line} {mod}" for mod in ("torch", "mindspore", "torch_npu") for rel, line, _ in IMPORTS.get(mod, [])
+    bad = [f"{rel}:{line} {mod}" for mod in ("torch", "mindspore", "torch_npu") for rel, line, *_ in IMPORTS.get(mod, [])
            if rel.startswith("msprobe/core/") or rel.startswith("msprobe/cli/")]
     assert not bad
 
@@ -214,5 +231,6 @@ def test_scanner_sees_lazy_and_literal_imports():
     v.visit(ast.parse(src))
     assert v.found == [("os", 1, False), ("numpy", 2, False), ("yaml", 4, False), ("matplotlib", 8, True),
                        ("megatron", 9, True)]
+    assert v.guarded == {4}
     assert _dist_name("numpy<2") == "numpy" and _dist_name("zlib_ng") == "zlib-ng" \
         and _dist_name("transformers>=4.46") == "transformers" and _dist_name("torch==2.13.0") == "torch"
