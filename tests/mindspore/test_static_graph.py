@@ -269,3 +269,21 @@ def test_without_step_the_dump_is_converted_at_exit(root):
     assert list(data) == ["Cell.fc.Dense.forward.0", "Cell.block.Block.forward.0", "Cell.block.dense.Dense.forward.0",
                           "Cell.block.act.ReLU.forward.0", "Cell.head.Dense.forward.0"]
     assert data["Cell.head.Dense.forward.0"]["output"][0]["Max"] == pytest.approx(max(max(r) for r in result["out"][0]))
+
+
+def test_tuple_outputs_and_split_concat(tmp_path):
+    """BatchNorm's kernel has 5 outputs (y and the running statistics, taken through TupleGetItem): the Cell's
+    output is y only; split/concat in the model's own construct do not leak into the loss Cell's inputs."""
+    res = subprocess.run([sys.executable, str(HERE / "ms_graph_lenet.py"), str(tmp_path / "d")], capture_output=True,
+                         text=True, timeout=300, env=_env(), cwd=str(tmp_path))
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    rank = tmp_path / "d" / "step1" / "rank"
+    data = json.loads((rank / "dump.json").read_text())["data"]
+    shapes = {n: ([a["shape"] for a in v["input_args"]], [o["shape"] for o in v["output"]])
+              for n, v in data.items() if n.startswith("Cell.")}
+    assert shapes["Cell.bn.BatchNorm2d.forward.0"] == ([[2, 4, 8, 8]], [[2, 4, 8, 8]])
+    assert shapes["Cell.network.WithLossCell.forward.0"] == ([[2, 1, 8, 8], [2]], [[]])
+    assert shapes["Cell.ln.LayerNorm.forward.0"] == ([[2, 10]], [[2, 10]])
+    assert set(data["Cell.bn.BatchNorm2d.forward.0"]["parameters"]) == {"gamma", "beta", "moving_mean", "moving_variance"}
+    rows, text = compare(rank, rank, tmp_path / "cmp")
+    assert rows and "red: 0  yellow: 0  within noise: 0" in text and "not compared: 0" in text

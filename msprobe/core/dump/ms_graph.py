@@ -62,6 +62,8 @@ _NP_TO_MS = {"bool": "Bool", "int8": "Int8", "int16": "Int16", "int32": "Int32",
              "complex128": "Complex128"}
 STAT_CACHE_MAX = 200_000
 _PARA_PREFIX_RE = re.compile(r"^%para\d+_")
+_TUPLE_GET = "TupleGetItem"
+_ORDER_ONLY = ("UpdateState",)   # ordering edges, not data
 _OPNUM_RE = re.compile(r"-op\d+$")
 _PASS_THROUGH = ("Load", "Depend", "TensorMove")   # a value flowing through these is the same value
 
@@ -248,8 +250,9 @@ class _Ir:
         return out
 
     def source(self, graph: Optional[str], arg: str, depth: int = 0):
-        """Where an argument's value comes from: ("node", IrNode), ("input", name), ("weight", name),
-        ("const", text) or ("other", text)."""
+        """Where an argument's value comes from: ("node", (IrNode, output slot)), ("input", name),
+        ("weight", name), ("const", text) or ("other", text). Load/Depend/TensorMove pass their first
+        argument through; TupleGetItem(%n, k) is output k of %n."""
         if arg.startswith("%para"):
             name = arg.split("(")[0]
             return ("weight", name) if name in self.weights else ("input", name)
@@ -257,12 +260,50 @@ class _Ir:
             node = self.by_number.get((graph, arg[1:]))
             if node is None:
                 return ("other", arg)
-            if node.op in _PASS_THROUGH and depth < 20:
+            if depth < 20 and (node.op in _PASS_THROUGH or node.op == _TUPLE_GET):
                 a = self.args(node)
-                if a:
+                if a and node.op in _PASS_THROUGH:
                     return self.source(graph, a[0], depth + 1)
-            return ("node", node)
+                if len(a) == 2:
+                    kind, what = self.source(graph, a[0], depth + 1)
+                    m = _CONST_RE.match(a[1])
+                    if kind == "node" and m and m.group(2).strip().isdigit():
+                        return ("node", (what[0], int(m.group(2).strip())))
+                    return kind, what
+            return ("node", (node, 0))
         return ("const", arg)
+
+    def used_outside(self, node: IrNode, inside, dumped, depth: int = 0) -> set:
+        """Output slots of ``node`` that a forward node outside the Cell takes: ``inside(chain)`` says whether a
+        scope chain lies in the Cell, ``dumped(node)`` gives a dumped kernel's chain (None for other nodes).
+        TupleGetItem, Load/Depend/TensorMove and undumped nodes inside the Cell (a Reshape made a no-op) are
+        followed; UpdateState and gradient nodes do not count."""
+        slots = set()
+        if depth > 8:
+            return slots
+        for c in self.consumers.get((node.graph, node.number), ()):
+            if not c.scope.startswith("Default/") or c.op in _ORDER_ONLY:
+                continue                # gradient and compiler-made (Expand/...) nodes, ordering edges
+            if c.op == "MakeTuple":     # data when it feeds the Return, ordering when it feeds an UpdateState
+                if self.used_outside(c, inside, dumped, depth + 1):
+                    slots.add(0)
+                continue
+            chain = dumped(c)
+            if chain is not None:
+                if not inside(chain):
+                    slots.add(0)
+                continue
+            if c.op == _TUPLE_GET:
+                a = self.args(c)
+                m = _CONST_RE.match(a[1]) if len(a) == 2 else None
+                if m and m.group(2).strip().isdigit() and self.used_outside(c, inside, dumped, depth + 1):
+                    slots.add(int(m.group(2).strip()))
+                continue
+            if c.op == "Return" or (not inside(tuple(scope_parts(c.scope)[1])) and c.op not in _PASS_THROUGH):
+                slots.add(0)
+            elif self.used_outside(c, inside, dumped, depth + 1):
+                slots.add(0)
+        return slots
 
 
 def _const_record(text: str):
@@ -521,10 +562,13 @@ class StepRecords:
                                 params[short] = k.inputs[i]
                             continue
                         if kind == "node":
-                            src = by_node.get(id(what))
-                            if src is not None and chains.get(id(src), ())[:len(key)] == key:
+                            node, slot = what
+                            src = by_node.get(id(node))
+                            src_chain = chains.get(id(src), ()) if src is not None else \
+                                tuple(scope_parts(node.scope)[1])
+                            if src_chain[:len(key)] == key:
                                 continue          # made inside this Cell
-                            ident = ("node", id(what))
+                            ident = ("node", id(node), slot)
                         elif kind == "input":
                             ident = ("input", what)
                         else:
@@ -533,16 +577,17 @@ class StepRecords:
                             continue
                         seen_in.add(ident)
                         inputs.append((k.inputs[i], None))
-                members_set = {id(k) for k in ks}
+                def inside(chain, key=key):
+                    return tuple(chain)[:len(key)] == key
+
+                def dumped(node):
+                    kern = by_node.get(id(node))
+                    return chains.get(id(kern), ()) if kern is not None else None
+
                 for k in ks:
-                    used_outside = False
-                    for c in ir.consumers.get((k.node.graph, k.node.number), ()):
-                        ck = by_node.get(id(c))
-                        if ck is not None and id(ck) not in members_set:
-                            used_outside = True
-                            break
-                    if used_outside and 0 in k.outputs:
-                        outputs.append((k.outputs[0], None))
+                    for slot in sorted(ir.used_outside(k.node, inside, dumped)):
+                        if slot in k.outputs:
+                            outputs.append((k.outputs[slot], None))
                 if not outputs:
                     last = ks[-1]
                     outputs = [(last.outputs[i], None) for i in sorted(last.outputs)]
