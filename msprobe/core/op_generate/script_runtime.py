@@ -117,7 +117,8 @@ def load_recorded(spec, load):
     try:
         return load(spec.file)
     except Exception as exc:  # noqa: BLE001 - report a damaged file in one line
-        raise SystemExit(f"error: cannot load {spec.file}: {exc}")
+        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]  # torch's weights_only text is a page
+        raise SystemExit(f"error: cannot load {spec.file}: {why}")
 
 
 # ---- judging ----
