@@ -10,8 +10,11 @@ seed, data, TrainOneStepCell with SGD), 2 training steps. Checked:
 - `msprobe compare` of the static dump with itself: all rows equal; against the PyNative dump of the same network
   (PrecisionDebugger mix, start(train)): every Cell and Primitive present in both pairs by name (and with -lm)
   and all compared rows are equal;
-- bad input is one line: GRAPH_MODE with a task that needs Python hooks, a backend without dump support;
-  a network compiled before the debugger existed gives one warning per step and no files.
+- bad input is one line: GRAPH_MODE with a task that needs Python hooks, a backend without dump support,
+  start(token_range=...); a network compiled before the debugger existed gives one warning per step and no files;
+- start(net) roots the Cell names as in PyNative; an earlier run's dump is moved aside; without step() the dump is
+  converted at exit; BatchNorm's tuple output and split/concat (ms_graph_lenet.py) give the right Cell data flow;
+- @jit in PyNative: Jit.*.forward/backward records, training unchanged, hooked Cells inside jit regions run unhooked.
 """
 import csv
 import json
