@@ -5,6 +5,7 @@ msprobe's PrecisionDebugger in GRAPH_MODE (MindSpore's kernel dump, converted at
 
 --no-debugger: the same run without msprobe.
 --no-step: (with --infer) step() is never called; the dump is converted when the process ends.
+--select-step1: the config's step is [1].
 --start-net: debugger.start(net) instead of start(train) (Cell names relative to Net).
 --late: the network runs once before PrecisionDebugger is created (MindSpore has compiled without the dump).
 --jit: PyNative mode with Net.construct under @mindspore.jit (Jit.* records).
@@ -68,7 +69,8 @@ if "--no-debugger" in flags:
     debugger = _NoDebugger()
 else:
     from msprobe.mindspore import PrecisionDebugger  # noqa: E402
-    debugger = PrecisionDebugger(dump_path=out_dir, level=level, task=task)
+    debugger = PrecisionDebugger(dump_path=out_dir, level=level, task=task,
+                                 step=[1] if "--select-step1" in flags else None)
 result = {"losses": [], "out": []}
 if "--infer" in flags:
     for _ in range(steps):

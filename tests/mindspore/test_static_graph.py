@@ -290,3 +290,10 @@ def test_tuple_outputs_and_split_concat(tmp_path):
     assert set(data["Cell.bn.BatchNorm2d.forward.0"]["parameters"]) == {"gamma", "beta", "moving_mean", "moving_variance"}
     rows, text = compare(rank, rank, tmp_path / "cmp")
     assert rows and "red: 0  yellow: 0  within noise: 0" in text and "not compared: 0" in text
+
+
+def test_step_selects_the_iterations(root):
+    out, _, err = run_net(root, "graph", "L1", "statistics", "--infer", "--steps", "3", "--select-step1")
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("step")) == ["step1"]
+    assert "wrote no kernel dump" not in err and "dumped none" not in err
+    assert len(json.loads((out / "step1" / "rank" / "dump.json").read_text())["data"]) == 8

@@ -240,13 +240,15 @@ class StaticGraphService:
         cfg = self.cfg
         found = rank_iterations(rank_root) if os.path.isdir(rank_root) else {}
         new = [(it, g, d) for it in sorted(found) for g, d in found[it] if d not in self.done]
-        if cfg.step and step not in cfg.step:
-            self.done.update(d for _, _, d in new)
-            return
         if cfg.rank and (rank or 0) not in cfg.rank:
             return
         if not new:
-            if not at_exit:
+            # with "step" MindSpore itself dumps only those iterations (graph runs counted from 0): the other steps
+            # are empty on purpose, and only a run that dumped nothing at all is worth a line
+            if cfg.step and at_exit and not self.converted_steps:
+                log.warning("msprobe: MindSpore dumped none of the iterations %s (graph runs counted from 0) under %s",
+                            list(cfg.step), rank_root)
+            if not at_exit and not cfg.step:
                 log.warning("msprobe: MindSpore wrote no kernel dump for step %d under %s. MindSpore reads "
                             "MINDSPORE_DUMP_CONFIG when it compiles the first graph: create PrecisionDebugger before "
                             "the network's first call (and run it in GRAPH_MODE or under @mindspore.jit)", step,
