@@ -153,3 +153,18 @@ def test_shared_value_and_in_place_change():
     buf.resolve()
     assert (a["Max"], a["Min"], b["Max"]) == (11.0, 0.0, 11.0)
     assert (c["Max"], c["Min"], c["Mean"]) == (22.0, 0.0, 11.0)
+
+
+def test_released_storage_is_never_read():
+    """numpy views and copy_ do not check the storage: a tensor whose storage was released (FSDP frees
+    parameters this way) must get no statistics and no snapshot, not a read of freed memory (a crash)."""
+    from msprobe.pytorch.dump.stats import storage_covers
+    t = torch.randn(64, 64)
+    v = t[8:, 4:]
+    assert storage_covers(t) and storage_covers(v) and storage_covers(t.t())
+    t.untyped_storage().resize_(0)
+    assert not storage_covers(t) and not storage_covers(v)
+    buf = StatBuffer()
+    assert buf._add_f32_cpu({}, t) is None
+    flipped = torch.randn(10).flip(0)
+    assert storage_covers(flipped)

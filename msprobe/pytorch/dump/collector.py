@@ -17,7 +17,8 @@ from msprobe.core.dump import writer as jw
 from msprobe.core.dump.collector_base import CollectorBase
 from msprobe.core.dump.records import builtin_record
 from msprobe.pytorch.tensor_io import save_tensor, tensor_file_name
-from msprobe.pytorch.dump.stats import _PLAIN_TYPES, StatBuffer, _plain, _tensor_type_name, crc32_deferred, readable
+from msprobe.pytorch.dump.stats import _PLAIN_TYPES, StatBuffer, _plain, _tensor_type_name, crc32_deferred, readable, \
+    storage_covers
 
 MAX_DEPTH = 400
 FLUSH_STATS_EVERY = 4096     # pending tensors: resolve statistics so device scalars do not pile up
@@ -279,7 +280,8 @@ class Collector(CollectorBase):
             slot = self.stats.cached(t, rec)
             if slot is None:
                 p = _plain(t)
-                if p.__class__ in _PLAIN_TYPES and p.is_cpu and p.layout is torch.strided:
+                if p.__class__ in _PLAIN_TYPES and p.is_cpu and p.layout is torch.strided and p.numel() \
+                        and storage_covers(p):
                     # one compact copy serves the statistics too (one pass of the float32 kernel over memory
                     # that is in cache, instead of strided reductions): the snapshot a saved tensor needs
                     # anyway, or for md5 the compact bytes the CRC needs anyway

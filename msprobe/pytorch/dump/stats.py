@@ -70,6 +70,20 @@ def _plain(t):
     return t.detach()
 
 
+def storage_covers(t):
+    """Whether the storage of strided CPU tensor ``t`` holds every element it points to. numpy views and
+    ``copy_`` read raw memory without torch's checks: a tensor whose storage was released or shrunk
+    (``untyped_storage().resize_(0)``, FSDP's freed parameters) must not be read that way."""
+    try:
+        strides = t.stride()
+        if strides and min(strides) < 0:
+            return False
+        last = t.storage_offset() + sum((d - 1) * st for d, st in zip(t.shape, strides))
+        return (last + 1) * t.element_size() <= t.untyped_storage().nbytes()
+    except Exception:   # noqa: BLE001 - no storage to ask: not readable this way
+        return False
+
+
 def _no_data(t):
     if t.numel() == 0 or t.is_meta:
         return True
@@ -325,6 +339,8 @@ class StatBuffer:
         if not n or not t.ndim or t.layout is not _STRIDED:
             return None
         try:
+            if not storage_covers(t):
+                return None
             a = t.numpy()
         except (RuntimeError, TypeError, ValueError):
             return None
