@@ -47,6 +47,24 @@ def _close(a, b, rtol):
     return abs(a - b) <= rtol * max(abs(a), abs(b)) + 1e-30
 
 
+def _stats_close(sa, sb, rtol):
+    """(Max, Min, Mean, Norm) equal within ``rtol``; the Mean within ``rtol`` of the tensor's magnitude
+    max(|Max|, |Min|): a mean near zero (a LayerNorm output, a gradient) is summation-order noise that depends
+    on the CPU's vector width, so a dump recorded on one CPU is not bit-exact on another."""
+    if sb is None or len(sa) != len(sb):
+        return False
+    scale = [abs(v) for v in sa[:2] if isinstance(v, (int, float)) and not isinstance(v, bool)
+             and math.isfinite(v)]
+    for i, (x, y) in enumerate(zip(sa, sb)):
+        if _close(x, y, rtol):
+            continue
+        if i == 2 and scale and isinstance(x, (int, float)) and isinstance(y, (int, float)) \
+                and abs(x - y) <= rtol * max(scale):
+            continue
+        return False
+    return True
+
+
 def diff(ref, ours, limit=10, ignore_extra=False, rtol=1e-5, out=print):
     """Print the differences; returns the number of kinds of difference found."""
     problems = 0
@@ -107,7 +125,7 @@ def diff(ref, ours, limit=10, ignore_extra=False, rtol=1e-5, out=print):
             va, vb = _values(ref["raw"][n]), _values(ours["raw"][n])
             for leaf, sa in va.items():
                 sb = vb.get(leaf)
-                if sb is None or not all(_close(x, y, rtol) for x, y in zip(sa, sb)):
+                if not _stats_close(sa, sb, rtol):
                     if not shown:
                         problems += 1
                         out("statistics differ:")
