@@ -39,24 +39,23 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from machine import machine_line  # noqa: E402
 
 
-def make_inputs(work: Path, ranks: int, rows: int) -> Path:
-    """work/stat (the generated pair) and work/r{ranks}: target/golden step dirs of hard-linked rank dirs."""
+def make_inputs(work: Path, ranks: int, rows: int, case: str = "stat", tensor_files: int = 300,
+                tensor_mb: int = 30) -> Path:
+    """work/<case> (the generated pair) and work/<case>_r{ranks}...: target/golden step dirs of hard-linked rank
+    dirs (a tensor rank's dump_tensor_data included)."""
     import gen_inputs
 
-    a = gen_inputs.parse_args([str(work), "--cases", "stat", "--stat-rows", str(rows)])
-    gen_inputs.ensure(work, ["stat"], a)
-    steps = work / f"r{ranks}_rows{rows}"
+    a = gen_inputs.parse_args([str(work), "--cases", case, "--stat-rows", str(rows), "--tensor-files",
+                               str(tensor_files), "--tensor-mb", str(tensor_mb)])
+    gen_inputs.ensure(work, [case], a)
+    steps = work / (f"r{ranks}_rows{rows}" if case == "stat" else f"tensor_r{ranks}_f{tensor_files}_mb{tensor_mb}")
     if (steps / "golden" / "step0" / f"rank{ranks - 1}" / "dump.json").is_file():
         return steps
     shutil.rmtree(steps, ignore_errors=True)
     for side in ("target", "golden"):
-        src = work / "stat" / side / "step0" / "rank0"
+        src = work / case / side / "step0" / "rank0"
         for r in range(ranks):
-            dst = steps / side / "step0" / f"rank{r}"
-            dst.mkdir(parents=True)
-            for f in os.listdir(src):
-                if os.path.isfile(src / f):
-                    os.link(src / f, dst / f)
+            shutil.copytree(src, steps / side / "step0" / f"rank{r}", copy_function=os.link)
     return steps
 
 
@@ -119,19 +118,26 @@ def driver_write_seconds(steps: Path) -> tuple:
 
     rank = steps / "target" / "step0" / "rank0"
     job = RankJob("rank0", str(rank / "dump.json"), str(steps / "golden" / "step0" / "rank0" / "dump.json"))
-    cfg = CompareConfig(target=str(steps), golden=str(steps), fmt="csv")
+    cfg = CompareConfig(target=str(steps), golden=str(steps), fmt="csv", jobs=1)   # one core, as a Ray task
     out = compare_rank(cfg, job, keep_tables=False)
     with tempfile.TemporaryDirectory() as d:
         t0 = time.perf_counter()
         write_rendered(out.data, os.path.join(d, "r.csv"))
         w = time.perf_counter() - t0
-    return out.seconds, w, out.report.rows, os.path.getsize(rank / "dump.json"), len(out.data)
+    data_dir = rank / "dump_tensor_data"
+    nbytes = os.path.getsize(rank / "dump.json") + (sum(f.stat().st_size for f in data_dir.iterdir())
+                                                     if data_dir.is_dir() else 0)
+    return out.seconds, w, out.report.rows, nbytes, len(out.data)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ranks", type=int, default=64)
-    ap.add_argument("--rows", type=int, default=20000, help="tensor rows per rank and side")
+    ap.add_argument("--rows", type=int, default=20000, help="tensor rows per rank and side (statistics case)")
+    ap.add_argument("--case", choices=("stat", "tensor"), default="stat",
+                    help="statistics dumps, or tensor dumps (--tensor-files .pt files, --tensor-mb MB per rank)")
+    ap.add_argument("--tensor-files", type=int, default=300)
+    ap.add_argument("--tensor-mb", type=int, default=30)
     ap.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "msprobe_ray_bench"))
     ap.add_argument("--repeat", type=int, default=3, help="rounds of the -j 1 / -j 2 / --ray cluster runs")
     ap.add_argument("--model-only", action="store_true",
@@ -146,7 +152,7 @@ def main(argv=None) -> int:
     work = Path(a.dir)
     work.mkdir(parents=True, exist_ok=True)
     print(machine_line())
-    steps = make_inputs(work, a.ranks, a.rows)
+    steps = make_inputs(work, a.ranks, a.rows, a.case, a.tensor_files, a.tensor_mb)
     outs = work / "out"
     shutil.rmtree(outs, ignore_errors=True)
     times: dict = {}
@@ -179,7 +185,7 @@ def main(argv=None) -> int:
         return 0
 
     print()
-    print(f"{a.ranks} ranks x {rows:,} rows (dump.json {nbytes / 1e6:.1f} MB per rank and side), csv reports, "
+    print(f"{a.ranks} ranks x {rows:,} rows ({a.case} dump {nbytes / 1e6:.1f} MB per rank and side), csv reports, "
           f"advisor off (-c); reports identical to -j 1: {'yes' if same else 'NO'}")
     print()
     print(f"| run | wall s, median of {a.repeat} (each run) | ranks/s | vs -j 2 |")
@@ -196,7 +202,12 @@ def main(argv=None) -> int:
           f"with 2 in flight")
     print(f"one rank's Ray task (compare + render the csv): {rank_s:.3f} s; the driver's share (writing its "
           f"bytes): {write_s * 1000:.1f} ms")
-    model(rank_s, write_s, nbytes, report_bytes, many)
+    # the per-rank cost of the model: -j 1's wall time per rank where it was measured (a whole command's
+    # cost per rank, process start included), else the task body timed in this process
+    import statistics
+
+    per_rank = statistics.median(times["-j 1"]) / a.ranks if "-j 1" in times else rank_s
+    model(per_rank, write_s, nbytes, report_bytes, many)
     return 0 if same else 1
 
 
@@ -208,8 +219,8 @@ START_S = 10.0      # connect to the running cluster, start a worker per core, i
 def model(rank_s: float, write_s: float, nbytes: int, report_bytes: int, task_s: float) -> None:
     """The projection of docs/scale.md for 4,096 ranks on 1, 4 and 16 nodes of 64 cores, for the two ways
     the reports are written: by the tasks into a shared output folder, or by the driver."""
-    print(f"model inputs: task body {rank_s:.3f} s per rank (compare + render), Ray {task_s * 1000:.2f} ms per task, "
-          f"driver {write_s * 1000:.2f} ms + {report_bytes / 1e6:.2f} MB per report, dump.json {nbytes / 1e6:.1f} MB "
+    print(f"model inputs: {rank_s:.3f} s per rank (compare + render, one core), Ray {task_s * 1000:.2f} ms per task, "
+          f"driver {write_s * 1000:.2f} ms + {report_bytes / 1e6:.2f} MB per report, dump {nbytes / 1e6:.1f} MB "
           f"per rank and side; storage {READ_GBS:.0f} GB/s, driver network {DRIVER_GBS} GB/s, start {START_S:.0f} s")
     print()
     print("| ranks | nodes x cores | compute s | storage s (reads + report writes) | driver s (driver writes) | "

@@ -271,7 +271,7 @@ def compare_chunk_task(loader: Callable[[str], np.ndarray], fallback, pairs: Seq
     return _compare_chunk(pairs, loader)
 
 
-RAY_CHUNK = 256  # tensor pairs per Ray task of a big tensor-mode rank (a smaller rank stays one task)
+RAY_CHUNK = 1024  # tensor pairs per Ray task of a big tensor-mode rank (a smaller rank stays one task)
 
 
 def compare_files(
