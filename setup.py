@@ -68,8 +68,9 @@ setup(
         "mindspore": ["mindspore==2.10.0", "numpy<2"],
         # grad_probe's comparator draws similarities_picture/*.png with it (skipped with a warning without it)
         "plots": ["matplotlib"],
-        # --ray on compare / merge_result / graph (msprobe.core.executor_ray, docs/scale.md); imported only with the flag
-        "ray": ["ray"],
+        # --ray on compare / merge_result / graph (msprobe.core.executor_ray, docs/scale.md); imported only with the flag.
+        # [client]: grpcio, for --ray ray://host:port (Ray Client); a local instance or --ray auto need plain ray
+        "ray": ["ray[client]"],
         # the training monitor's format 'tensorboard' and `msprobe csv2tensorboard` (a clear error without it)
         "tensorboard": ["tensorboard"],
         # transformers: tests/real_models builds tiny models from configs (no download). torchvision is not listed:
