@@ -28,7 +28,7 @@ from msprobe.core.errors import MsprobeError
 
 log = logging.getLogger("msprobe")
 
-INSTALL_HINT = "pip install 'msprobe[ray]'  (or: pip install ray)"
+INSTALL_HINT = "pip install 'msprobe[ray]'  (or: pip install 'ray[client]')"
 MAX_RETRIES = 3          # a worker that dies is replaced and its task run again, this many times
 KILL_ONCE_ENV = "MSPROBE_FAULT_KILL_ONCE"
 LATE_SECONDS = 10.0      # how long a stopped run waits for each cancelled task's end
@@ -62,6 +62,9 @@ def connect(address: Optional[str]):
             ray.init(address=address, **kwargs)
         else:
             ray.init(num_cpus=cpu_count(), **kwargs)
+    except ImportError as exc:         # ray:// needs Ray Client's grpcio (the [client] extra of ray)
+        raise MsprobeError(f"--ray {address}: Ray Client is not installed ({exc}); install it with "
+                           f"{INSTALL_HINT}") from None
     except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
         where = f"the Ray cluster at {address}" if address else "a local Ray instance"
         raise MsprobeError(f"--ray: cannot start or reach {where}: {str(exc).splitlines()[0] if str(exc) else exc}; "
