@@ -31,12 +31,19 @@ def test_snapshot_keeps_value_at_record_time_and_reuses_buffers(tmp_path):
 
 
 def test_pool_is_bounded_and_small_tensors_are_cloned(tmp_path):
-    pool = col._SnapshotPool(limit=300 * 1024)
-    a, b = pool.take(200 * 1024), pool.take(200 * 1024)
+    k = 1024
+    pool = col._SnapshotPool(limit=300 * k)
+    a = pool.take(200 * k)
+    assert a is not None and pool.take(200 * k) is None    # free + out would pass the limit: the caller clones
     pool.give(a)
-    pool.give(b)        # over the limit: dropped
-    assert pool._held == 200 * 1024
-    assert pool.take(400 * 1024) is None     # bigger than the whole pool: the caller clones
+    assert pool._held == 200 * k and pool._out == 0
+    assert pool.take(400 * k) is None                       # bigger than the whole pool
+    assert pool.take(200 * k) is a                          # the same size comes back recycled
+    pool.give(a)
+    c = pool.take(150 * k)          # a new size: the free 200 KiB buffer is let go to stay within the limit
+    assert c is not None and pool._held == 0 and pool._out == 150 * k
+    pool.give(c)
+    assert pool._held == 150 * k and pool._out == 0
     w = col.TensorWriter(False, threaded=True)
     small = torch.ones(10, dtype=torch.bfloat16)
     w.save_snapshot(small, str(tmp_path / "s.pt"))

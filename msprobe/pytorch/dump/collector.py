@@ -47,19 +47,23 @@ def _completed(work):
 
 
 MAX_PENDING_BYTES = 1 << 30   # tensor bytes queued for the writer thread before training waits for it
-POOL_MAX_BYTES = 512 << 20    # snapshot buffers kept for reuse between steps, at most
+POOL_MAX_BYTES = 1 << 30       # snapshot buffers, free and in use together, at most (kept between steps)
 _POOL_MIN_BYTES = 64 << 10    # smaller snapshots are plain clones (small allocations are recycled by malloc)
 
 
 class _SnapshotPool:
-    """Free snapshot buffers (flat uint8 CPU tensors) by exact byte size, at most POOL_MAX_BYTES in all.
+    """Snapshot buffers (flat uint8 CPU tensors) recycled by exact byte size.
 
-    ``take`` runs on the training thread, ``give`` on the writer thread once the file is written."""
+    Every buffer it hands out or keeps counts against ``limit``: free ones (``_held``) and those out with the
+    writer (``_out``). A size it has no free buffer for is allocated while the total stays within the limit
+    (free buffers of other sizes are let go first); past it the caller makes a plain clone. ``take`` runs on
+    the training thread, ``give`` on the writer thread once the file is written."""
 
     def __init__(self, limit=None):
         self.limit = POOL_MAX_BYTES if limit is None else limit
         self._free = {}
         self._held = 0     # bytes in self._free
+        self._out = 0      # bytes handed out and not given back
         self._lock = threading.Lock()
 
     def take(self, nbytes):
@@ -67,15 +71,22 @@ class _SnapshotPool:
             lst = self._free.get(nbytes)
             if lst:
                 self._held -= nbytes
+                self._out += nbytes
                 return lst.pop()
-        if nbytes > self.limit:
-            return None
+            if self._out + nbytes > self.limit:
+                return None
+            while self._held and self._out + self._held + nbytes > self.limit:
+                size = max(k for k, v in self._free.items() if v)     # let the biggest free ones go first
+                self._free[size].pop()
+                self._held -= size
+            self._out += nbytes
         return torch.empty(nbytes, dtype=torch.uint8)
 
     def give(self, buf):
         nbytes = buf.numel()
         with self._lock:
-            if self._held + nbytes <= self.limit:
+            self._out -= nbytes
+            if self._out + self._held + nbytes <= self.limit:
                 self._free.setdefault(nbytes, []).append(buf)
                 self._held += nbytes
 
