@@ -133,24 +133,74 @@ static void fstats_run(const float *p, Py_ssize_t n, fstats_t *out) {
     fstats_scalar(p, n, out);
 }
 
+static void fstats_merge(fstats_t *acc, const fstats_t *r) {
+    if (r->mx > acc->mx) acc->mx = r->mx;
+    if (r->mn < acc->mn) acc->mn = r->mn;
+    acc->sum += r->sum;
+    acc->sq += r->sq;
+    acc->nan |= r->nan;
+}
+
+/* Rows of a strided float32 view whose last dimension is contiguous (a transpose of the leading
+   dimensions, a slice of columns): the kernel over each row, merged. */
+static void fstats_rows(const char *base, int ndim, const Py_ssize_t *shape, const Py_ssize_t *strides,
+                        fstats_t *out) {
+    Py_ssize_t idx[64];
+    Py_ssize_t inner = shape[ndim - 1];
+    out->mx = -INFINITY;
+    out->mn = INFINITY;
+    out->sum = 0.0;
+    out->sq = 0.0;
+    out->nan = 0;
+    for (int d = 0; d < ndim; d++) idx[d] = 0;
+    for (;;) {
+        Py_ssize_t off = 0;
+        fstats_t r;
+        for (int d = 0; d < ndim - 1; d++) off += idx[d] * strides[d];
+        fstats_run((const float *)(base + off), inner, &r);
+        fstats_merge(out, &r);
+        int d = ndim - 2;
+        while (d >= 0) {
+            if (++idx[d] < shape[d]) break;
+            idx[d] = 0;
+            d--;
+        }
+        if (d < 0) break;
+    }
+}
+
 static PyObject *f32_stats(PyObject *self, PyObject *arg) {
     Py_buffer view;
     fstats_t r;
     (void)self;
-    if (PyObject_GetBuffer(arg, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0)
+    if (PyObject_GetBuffer(arg, &view, PyBUF_RECORDS_RO) != 0)
         return NULL;
-    if (view.itemsize != 4 || view.format == NULL || strcmp(view.format, "f") != 0 || view.len <= 0) {
+    Py_ssize_t n = view.itemsize ? view.len / view.itemsize : 0;
+    int ok = view.itemsize == 4 && view.format != NULL && strcmp(view.format, "f") == 0 && n > 0;
+    int contiguous = ok && PyBuffer_IsContiguous(&view, 'C');
+    if (ok && !contiguous) {
+        /* strided: the last dimension contiguous, no negative or overlapping steps */
+        ok = view.ndim >= 2 && view.ndim <= 64 && view.strides != NULL && view.strides[view.ndim - 1] == 4;
+        for (int d = 0; ok && d < view.ndim - 1; d++)
+            ok = view.strides[d] >= 0;
+    }
+    if (!ok) {
         PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_TypeError, "f32_stats: a non-empty C-contiguous float32 buffer is required");
+        PyErr_SetString(PyExc_TypeError,
+                        "f32_stats: a non-empty float32 buffer, C-contiguous or with a contiguous last dimension");
         return NULL;
     }
-    Py_ssize_t n = view.len / 4;
     if (n >= 65536) {
         Py_BEGIN_ALLOW_THREADS
-        fstats_run((const float *)view.buf, n, &r);
+        if (contiguous)
+            fstats_run((const float *)view.buf, n, &r);
+        else
+            fstats_rows((const char *)view.buf, view.ndim, view.shape, view.strides, &r);
         Py_END_ALLOW_THREADS
-    } else {
+    } else if (contiguous) {
         fstats_run((const float *)view.buf, n, &r);
+    } else {
+        fstats_rows((const char *)view.buf, view.ndim, view.shape, view.strides, &r);
     }
     PyBuffer_Release(&view);
     if (r.nan) {
@@ -162,7 +212,8 @@ static PyObject *f32_stats(PyObject *self, PyObject *arg) {
 
 static PyMethodDef methods[] = {
     {"f32_stats", f32_stats, METH_O,
-     "f32_stats(buffer) -> (max, min, sum, sum_of_squares) of a C-contiguous float32 buffer, in one pass;\n"
+     "f32_stats(buffer) -> (max, min, sum, sum_of_squares) of a float32 buffer, C-contiguous or with a\n"
+     "contiguous last dimension, in one pass;\n"
      "sums in double; all four NaN when any element is NaN."},
     {NULL, NULL, 0, NULL},
 };

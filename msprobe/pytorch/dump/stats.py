@@ -6,15 +6,17 @@ tensor's own device when the record is made (so in-place ops that follow cannot 
 kept there as 0-dim tensors; :meth:`StatBuffer.resolve` stacks every pending scalar of a device and
 moves them to the host with a single ``tolist()``, then writes the numbers into the records.
 
-A contiguous float32 CPU tensor (the common case of a CPU run) is measured in one pass by the compiled
-kernel of msprobe/_native/fstats.c (Max, Min, sum and sum of squares; the sums in float32 lanes over
-blocks of 256 values, then in double, so Mean and Norm are as exact as torch's float32 reductions or
-more; a float32 sum that overflows is inf, as torch's). Without that kernel,
-or for a strided float32 view, Max and Min come from numpy on a view of the same memory and the sums
-from torch. Other tensors take three reductions: ``aminmax`` (one pass), ``sum`` (accumulated in
-float32; the mean is ``sum / numel``, divided and rounded to the tensor's dtype at resolve time, as
-``torch.mean`` does) and ``vector_norm``. Under ``"api_capture": "reference"`` (exact_norm) the sums
-and the norm are torch's own, so both tools' numbers agree to the bit. A tensor that is recorded again unchanged (same object, same version
+A float32 CPU tensor (the common case of a CPU run) is measured in one pass by the compiled kernel of
+msprobe/_native/fstats.c (contiguous, or row by row when only its last dimension is contiguous): Max,
+Min, the sum and the sum of squares, the sums in float32 lanes over blocks of 256 values, then in double,
+so Mean and Norm are as exact as torch's float32 reductions or more (a float32 sum that overflows is inf,
+as torch's). Without that kernel, or for other strided views, Max and Min come from numpy on a view of
+the same memory and the sums from torch. Other tensors take three reductions: ``aminmax`` (one pass),
+``sum`` (accumulated in float32; the mean is ``sum / numel``, divided and rounded to the tensor's dtype
+at resolve time, as ``torch.mean`` does) and ``vector_norm``. Under ``"api_capture": "reference"``
+(exact_norm) the sums and the norm are torch's own, so both tools' numbers agree to the bit.
+
+A tensor that is recorded again unchanged (same object, same version
 counter: a weight used by several calls, an output that feeds the next API, a gradient passed
 along) reuses its pending statistics instead of launching new reductions. The version counter is
 only trusted for ops that bump it: after a call that may write through a backend (collectives,
@@ -344,8 +346,9 @@ class StatBuffer:
             a = t.numpy()
         except (RuntimeError, TypeError, ValueError):
             return None
-        if _F32_STATS is not None and not self.exact_norm and a.flags.c_contiguous:
-            # one pass of the compiled kernel (msprobe/_native/fstats.c): the numbers are final now
+        if _F32_STATS is not None and not self.exact_norm and (a.flags.c_contiguous or a.strides[-1] == 4):
+            # one pass of the compiled kernel (msprobe/_native/fstats.c), row by row for a strided view whose
+            # last dimension is contiguous (a transpose of leading dimensions): the numbers are final now
             mx, mn, total, sq = _F32_STATS(a)
             slot = _Slot(7, rec, n, _F32)
             slot.mxmn = (mx, mn, total, sq)
