@@ -85,6 +85,13 @@ def pack_static(scripts: Optional[List[str]], output_zip: str) -> str:
     path = check_zip_path(output_zip)
     if os.path.lexists(path):
         raise MsprobeError(f"output zip {path} already exists; choose another -o or remove it (nothing is overwritten)")
+    for script in scripts or ():
+        # a typo must not give a pack without hyperparameters (exit 0) that later compares as "pass";
+        # ConfigChecker(shell_path=...) in a training script only warns (a hook never stops the training)
+        if not os.path.isfile(script):
+            what = "is a folder" if os.path.isdir(script) else "does not exist"
+            raise MsprobeError(f"config_check -d: script {script} {what}; pass launch scripts (.sh) or yaml files "
+                               f"(nothing written)")
     _make_parent(path)
     log(f"pack result zip path {path}")
     entries = base_entries(scripts)
