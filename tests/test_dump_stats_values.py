@@ -195,3 +195,32 @@ def test_kernel_rows_of_strided_views():
     for bad in (b.transpose(-1, -2), b.reshape(-1)[::2]):
         with pytest.raises(TypeError):
             f32_stats(bad.numpy())
+
+
+@pytest.mark.skipif(f32_stats is None, reason="the compiled kernel msprobe/_native/_fstats was not built")
+def test_portable_loop_equals_vector_loop():
+    """The portable scalar loop (CPUs without AVX2, other architectures) gives the same numbers as the vector
+    one, on contiguous buffers and on rows: run in a child with MSPROBE_FSTATS_PORTABLE=1."""
+    import json
+    import os
+    import subprocess
+    import sys
+    code = (
+        "import json, torch\n"
+        "from msprobe._native import f32_stats\n"
+        "g = torch.Generator().manual_seed(11)\n"
+        "b = torch.randn(3, 41, 5, 37, generator=g) * 7\n"
+        "print(json.dumps([f32_stats(v.numpy()) for v in (b, b.permute(0, 2, 1, 3), b[..., 3:30], b.reshape(-1)[:17])]))\n"
+    )
+    out = {}
+    for portable in (False, True):
+        env = {k: v for k, v in os.environ.items() if k != "MSPROBE_FSTATS_PORTABLE"}
+        if portable:
+            env["MSPROBE_FSTATS_PORTABLE"] = "1"
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+        assert r.returncode == 0, r.stderr[-2000:]
+        out[portable] = json.loads(r.stdout.strip().splitlines()[-1])
+    for vec, port in zip(out[False], out[True]):
+        assert vec[:2] == port[:2]
+        assert vec[2] == pytest.approx(port[2], rel=1e-6, abs=1e-3)
+        assert vec[3] == pytest.approx(port[3], rel=1e-6)

@@ -12,6 +12,7 @@
 #include <Python.h>
 #include <math.h>
 #include <string.h>
+#include <stdlib.h>
 
 typedef struct {
     double mx, mn, sum, sq;
@@ -58,7 +59,14 @@ static void fstats_scalar(const float *p, Py_ssize_t n, fstats_t *out) {
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define MSP_HAVE_AVX2 1
-#define MSP_BLOCK 256   /* floats summed in float32 lanes before the block's sums go to double */
+#define MSP_BLOCK 256   /* floats summed in float32 lanes before their sums go to double */
+
+typedef struct {
+    __m256 mx, mn, bad;
+    __m256d sd, qd;
+    double tmx, tmn, tsum, tsq;   /* the scalar tails */
+    int tnan;
+} msp_avx_state;
 
 __attribute__((target("avx2,fma")))
 static inline __m256d msp_widen_add(__m256d acc, __m256 v) {
@@ -67,41 +75,81 @@ static inline __m256d msp_widen_add(__m256d acc, __m256 v) {
 }
 
 __attribute__((target("avx2,fma")))
-static void fstats_avx2(const float *p, Py_ssize_t n, fstats_t *out) {
-    __m256 mx0 = _mm256_set1_ps(-INFINITY), mx1 = mx0;
-    __m256 mn0 = _mm256_set1_ps(INFINITY), mn1 = mn0;
-    __m256 bad = _mm256_setzero_ps();
-    __m256d sd = _mm256_setzero_pd(), qd = _mm256_setzero_pd();
+static void msp_avx_init(msp_avx_state *st) {
+    st->mx = _mm256_set1_ps(-INFINITY);
+    st->mn = _mm256_set1_ps(INFINITY);
+    st->bad = _mm256_setzero_ps();
+    st->sd = _mm256_setzero_pd();
+    st->qd = _mm256_setzero_pd();
+    st->tmx = -INFINITY;
+    st->tmn = INFINITY;
+    st->tsum = 0.0;
+    st->tsq = 0.0;
+    st->tnan = 0;
+}
+
+/* One contiguous run of n floats into the running state (8 lanes; a run shorter than 8 goes to the tail). */
+__attribute__((target("avx2,fma")))
+static void msp_avx_seg(msp_avx_state *st, const float *p, Py_ssize_t n) {
+    __m256 mx = st->mx, mn = st->mn, bad = st->bad;
+    __m256d sd = st->sd, qd = st->qd;
     Py_ssize_t i = 0;
-    while (i + 16 <= n) {
-        Py_ssize_t end = i + MSP_BLOCK <= n ? i + MSP_BLOCK : n - ((n - i) % 16);
+    while (i + 8 <= n) {
+        Py_ssize_t end = i + MSP_BLOCK <= n ? i + MSP_BLOCK : n - ((n - i) % 8);
         __m256 s0 = _mm256_setzero_ps(), s1 = s0, q0 = s0, q1 = s0;
-        for (; i < end; i += 16) {
+        for (; i + 16 <= end; i += 16) {
             __m256 a = _mm256_loadu_ps(p + i), b = _mm256_loadu_ps(p + i + 8);
-            mx0 = _mm256_max_ps(a, mx0);   /* a NaN a keeps the old value; NaN is tracked in `bad` */
-            mx1 = _mm256_max_ps(b, mx1);
-            mn0 = _mm256_min_ps(a, mn0);
-            mn1 = _mm256_min_ps(b, mn1);
+            mx = _mm256_max_ps(a, mx);   /* a NaN a keeps the old value; NaN is tracked in `bad` */
+            mn = _mm256_min_ps(a, mn);
+            mx = _mm256_max_ps(b, mx);
+            mn = _mm256_min_ps(b, mn);
             bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, b, _CMP_UNORD_Q));
             s0 = _mm256_add_ps(s0, a);
             s1 = _mm256_add_ps(s1, b);
             q0 = _mm256_fmadd_ps(a, a, q0);
             q1 = _mm256_fmadd_ps(b, b, q1);
         }
+        if (i + 8 <= end) {
+            __m256 a = _mm256_loadu_ps(p + i);
+            mx = _mm256_max_ps(a, mx);
+            mn = _mm256_min_ps(a, mn);
+            bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+            s0 = _mm256_add_ps(s0, a);
+            q0 = _mm256_fmadd_ps(a, a, q0);
+            i += 8;
+        }
         sd = msp_widen_add(sd, _mm256_add_ps(s0, s1));
         qd = msp_widen_add(qd, _mm256_add_ps(q0, q1));
     }
+    for (; i < n; i++) {
+        double x = p[i];
+        if (x != x) {
+            st->tnan = 1;
+            continue;
+        }
+        if (x > st->tmx) st->tmx = x;
+        if (x < st->tmn) st->tmn = x;
+        st->tsum += x;
+        st->tsq += x * x;
+    }
+    st->mx = mx;
+    st->mn = mn;
+    st->bad = bad;
+    st->sd = sd;
+    st->qd = qd;
+}
+
+__attribute__((target("avx2,fma")))
+static void msp_avx_finish(msp_avx_state *st, fstats_t *out) {
     float fx[8], fn[8], fb[8];
     double ds[4], dq[4];
-    _mm256_storeu_ps(fx, _mm256_max_ps(mx0, mx1));
-    _mm256_storeu_ps(fn, _mm256_min_ps(mn0, mn1));
-    _mm256_storeu_ps(fb, bad);
-    _mm256_storeu_pd(ds, sd);
-    _mm256_storeu_pd(dq, qd);
-    fstats_t tail;
-    fstats_scalar(p + i, n - i, &tail);
-    double mx = tail.mx, mn = tail.mn;
-    int nan = tail.nan;
+    _mm256_storeu_ps(fx, st->mx);
+    _mm256_storeu_ps(fn, st->mn);
+    _mm256_storeu_ps(fb, st->bad);
+    _mm256_storeu_pd(ds, st->sd);
+    _mm256_storeu_pd(dq, st->qd);
+    double mx = st->tmx, mn = st->tmn;
+    int nan = st->tnan;
     for (int k = 0; k < 8; k++) {
         if (fx[k] > mx) mx = fx[k];
         if (fn[k] < mn) mn = fn[k];
@@ -111,9 +159,39 @@ static void fstats_avx2(const float *p, Py_ssize_t n, fstats_t *out) {
     }
     out->mx = mx;
     out->mn = mn;
-    out->sum = ((ds[0] + ds[1]) + (ds[2] + ds[3])) + tail.sum;
-    out->sq = ((dq[0] + dq[1]) + (dq[2] + dq[3])) + tail.sq;
+    out->sum = ((ds[0] + ds[1]) + (ds[2] + ds[3])) + st->tsum;
+    out->sq = ((dq[0] + dq[1]) + (dq[2] + dq[3])) + st->tsq;
     out->nan = nan;
+}
+
+__attribute__((target("avx2,fma")))
+static void fstats_avx2(const float *p, Py_ssize_t n, fstats_t *out) {
+    msp_avx_state st;
+    msp_avx_init(&st);
+    msp_avx_seg(&st, p, n);
+    msp_avx_finish(&st, out);
+}
+
+__attribute__((target("avx2,fma")))
+static void fstats_avx2_rows(const char *base, int ndim, const Py_ssize_t *shape, const Py_ssize_t *strides,
+                             fstats_t *out) {
+    Py_ssize_t idx[64];
+    msp_avx_state st;
+    msp_avx_init(&st);
+    for (int d = 0; d < ndim; d++) idx[d] = 0;
+    for (;;) {
+        Py_ssize_t off = 0;
+        for (int d = 0; d < ndim - 1; d++) off += idx[d] * strides[d];
+        msp_avx_seg(&st, (const float *)(base + off), shape[ndim - 1]);
+        int d = ndim - 2;
+        while (d >= 0) {
+            if (++idx[d] < shape[d]) break;
+            idx[d] = 0;
+            d--;
+        }
+        if (d < 0) break;
+    }
+    msp_avx_finish(&st, out);
 }
 #endif
 
@@ -123,7 +201,9 @@ static void fstats_run(const float *p, Py_ssize_t n, fstats_t *out) {
 #ifdef MSP_HAVE_AVX2
     if (use_avx2 < 0) {
         __builtin_cpu_init();
-        use_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        /* MSPROBE_FSTATS_PORTABLE=1: the portable loop (tests check it against the vector one) */
+        use_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                   getenv("MSPROBE_FSTATS_PORTABLE") == NULL;
     }
     if (use_avx2) {
         fstats_avx2(p, n, out);
@@ -145,6 +225,18 @@ static void fstats_merge(fstats_t *acc, const fstats_t *r) {
    dimensions, a slice of columns): the kernel over each row, merged. */
 static void fstats_rows(const char *base, int ndim, const Py_ssize_t *shape, const Py_ssize_t *strides,
                         fstats_t *out) {
+#ifdef MSP_HAVE_AVX2
+    if (use_avx2 < 0) {
+        __builtin_cpu_init();
+        /* MSPROBE_FSTATS_PORTABLE=1: the portable loop (tests check it against the vector one) */
+        use_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                   getenv("MSPROBE_FSTATS_PORTABLE") == NULL;
+    }
+    if (use_avx2) {
+        fstats_avx2_rows(base, ndim, shape, strides, out);
+        return;
+    }
+#endif
     Py_ssize_t idx[64];
     Py_ssize_t inner = shape[ndim - 1];
     out->mx = -INFINITY;
