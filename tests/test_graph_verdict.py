@@ -71,8 +71,10 @@ def test_control_pair_has_no_red_and_no_yellow_node(dumps, tmp_path, mode):
     assert all(nodes[k]["data"]["msprobe verdict"] in ("pass", "noise") for k in col)
     if mode == "statistics":
         # the reference's index stays in the data: bf16 rounding makes it large on LayerNorms and near-zero means
+        # (a false alarm in the reference's colours from its third bucket up; how large depends on the CPU's bf16
+        # kernels: 0.8 and more where the test was written, 0.625 on an AVX-512 machine)
         ln = nodes["Module.block0.ln2.LayerNorm.forward.0"]["data"]
-        assert ln["precision_index"] == 0 and ln["reference precision_index"] >= 0.8
+        assert ln["precision_index"] == 0 and ln["reference precision_index"] >= 0.4
     if mode == "md5":
         # every CRC differs (bf16 against fp32), within rounding: as compare's md5 Result says
         assert "Different (within noise)" in {n["data"].get("Result") for n in nodes.values()}
