@@ -628,3 +628,30 @@ def test_missing_required_arguments(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["merge_result", "-i", "x"])
     assert exc.value.code == 2
+
+
+def test_report_cut_short_inside_its_rows_is_one_line_not_fewer_rows(tmp_path, capsys):
+    """A report whose zip entry is whole but whose sheet XML stops inside the rows (a writer that died) was read
+    as a report without those rows, and merged in silence; it is now one error line naming the file."""
+    import shutil
+
+    case = fixtures_or_skip() / MULTI
+    reports = tmp_path / "reports"
+    shutil.copytree(case / "reference_out" / "v833_compare_stepdir", reports)
+    bad = next(p for p in reports.iterdir() if "rank1" in p.name and p.suffix == ".xlsx")
+    with zipfile.ZipFile(bad) as z:
+        entries = {n: z.read(n) for n in z.namelist()}
+    sheet = next(n for n in entries if n.startswith("xl/worksheets/"))
+    xml = entries[sheet]
+    cut = xml.index(b"</row>") + len(b"</row>")
+    entries[sheet] = xml[:cut] + b'<row r="2"><c r="A2" t="inlineStr"><is><t>Functional.'
+    with zipfile.ZipFile(bad, "w") as z:
+        for n, data in entries.items():
+            z.writestr(n, data)
+    config = case / "reference_out" / "_inputs" / "merge_config.yaml"
+    rc, out, err = cli(["merge_result", "-i", str(reports), "-config", str(config), "-o", str(tmp_path / "out"), "-q"],
+                       capsys)
+    assert rc == 2
+    lines = [ln for ln in err.splitlines() if ln.startswith("msprobe: error:")]
+    assert len(lines) == 1 and bad.name in lines[0] and "ends before </sheetData>" in lines[0], err
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.xlsx"))

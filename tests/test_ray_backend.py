@@ -443,3 +443,48 @@ def test_interrupt_with_tasks_writing_in_place_leaves_no_report(tmp_path, ray_cl
         runner.run_compare(cfg, progress_factory=lambda label: _Bar(), advisor=True, failures=[])
     assert _Bar.hits
     assert os.listdir(out) == []
+
+
+@needs_ray
+def test_merge_result_bad_rank_is_recorded_and_the_others_merged(tmp_path, capsys, ray_cluster):
+    """--ray: a rank report that cannot be read is named with its reason; the others are merged (exit 1)."""
+    case = fixtures_or_skip() / MULTI
+    reports = tmp_path / "reports"
+    shutil.copytree(case / "reference_out" / "v833_compare_stepdir", reports)
+    bad = sorted(p for p in reports.iterdir() if "rank1" in p.name and p.suffix == ".xlsx")
+    assert bad
+    for p in bad:
+        # the header row intact (the driver reads it to plan), the rows after it cut off mid-element: the
+        # damage is met by the rank's task
+        with zipfile.ZipFile(p) as z:
+            entries = {n: z.read(n) for n in z.namelist()}
+        sheet = next(n for n in entries if n.startswith("xl/worksheets/"))
+        xml = entries[sheet]
+        cut = xml.index(b"</row>") + len(b"</row>")
+        entries[sheet] = xml[:cut] + b'<row r="2"><c r="A2" t="inlineStr"><is><t>Functional.'
+        with zipfile.ZipFile(p, "w") as z:
+            for n, data in entries.items():
+                z.writestr(n, data)
+    config = case / "reference_out" / "_inputs" / "merge_config.yaml"
+    rc, out, err = cli_here(["merge_result", "-i", reports, "-config", config, "-q", "-o", tmp_path / "ray", "--ray"],
+                            capsys)
+    assert rc == 1, err
+    assert "merge_result rank1: FAILED: " in out and "1 of 2 rank reports failed" in out
+    assert "1 rank (rank0)" in out and "Traceback" not in err
+    assert len([p for p in os.listdir(tmp_path / "ray") if p.endswith(".xlsx")]) == 1
+
+
+@needs_ray
+def test_graph_bad_rank_is_recorded_and_the_others_built(tmp_path, capsys, ray_cluster):
+    """--ray: a rank whose dump is damaged is named with its reason; the other rank's graph is written (exit 1)."""
+    case = fixtures_or_skip() / MULTI
+    t = tmp_path / "t"
+    shutil.copytree(case / "target" / "step0", t)
+    (t / "rank1" / "dump.json").write_text('{"task": "statistics", "level": "mix", "data": {"Functional.x')
+    rc, out, err = cli_here(["graph", "-tp", t, "-gp", case / "golden" / "step0", "-q", "-o", tmp_path / "ray",
+                             "--ray"], capsys)
+    assert rc == 1, err
+    assert "graph rank1: FAILED: " in out and "1 of 2 graphs failed" in out and "Traceback" not in err
+    vis = [p for p in os.listdir(tmp_path / "ray") if p.endswith(".vis")]
+    assert len(vis) == 1 and "rank0" in vis[0]
+    assert not [p for p in os.listdir(tmp_path / "ray") if p.startswith(".")]

@@ -165,4 +165,10 @@ def run(args: argparse.Namespace) -> int:
     for path in res.outputs:
         print(f"written: {path}")
     print(f"done in {res.seconds:.1f} s; view with: tensorboard --logdir {os.path.dirname(res.outputs[0])}")
+    for label, reason in res.failures:      # --ray: steps/ranks whose graph failed, left out
+        print(f"graph {label}: FAILED: {reason}")
+    if res.failures:
+        print(f"graph: {len(res.failures)} of {len(res.failures) + len(res.units)} graphs failed; the others are "
+              "written")
+        return 1
     return 0

@@ -77,4 +77,10 @@ def run(args) -> int:
     print(f"merge_result: {what}, {res.rows} rows, "
           f"{len(res.indexes)} sheets ({', '.join(res.indexes)}) in {res.seconds:.2f} s")
     print(f"written: {res.path}")
+    for label, reason in res.failures:       # --ray: reports that could not be read, left out of the merge
+        print(f"merge_result {label}: FAILED: {reason}")
+    if res.failures:
+        print(f"merge_result: {len(res.failures)} of {len(res.failures) + len(res.ranks)} rank reports failed; "
+              "the merged workbook holds the others")
+        return 1
     return 0

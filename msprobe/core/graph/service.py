@@ -72,6 +72,7 @@ class GraphResult:
     outputs: List[str]
     units: List[UnitResult]
     seconds: float
+    failures: List[Tuple[str, str]] = field(default_factory=list)  # --ray: (step/rank label, one-line reason)
 
 
 # ---------------------------------------------------------------------------------------------- stacks
@@ -392,7 +393,11 @@ def _run_graph(cfg: GraphConfig, progress_factory=None) -> GraphResult:
     # the pid in the name: a later run removes what a killed one left (fileio.clean_stale_temps)
     workdir = tempfile.mkdtemp(prefix=f".msprobe-graph-{temp_tag()}-", dir=out_dir)
     try:
-        results = _run_units(cfg, units, workdir, ts, progress_factory)
+        failures: List[Tuple[str, str]] = []
+        results = _run_units(cfg, units, workdir, ts, progress_factory, failures)
+        if not results:
+            raise MsprobeError(f"graph: every step/rank failed ({failures[0][0]}: {failures[0][1]})" if failures
+                               else "graph: nothing was built")
         patches = _distributed(results, cfg.overflow_check)
         if cfg.db:
             outputs = [_finish_db(cfg, results, patches, out_dir, kind, ts)]
@@ -414,7 +419,7 @@ def _run_graph(cfg: GraphConfig, progress_factory=None) -> GraphResult:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     _warn_hidden(out_dir, outputs)
-    return GraphResult(outputs, results, time.perf_counter() - t0)
+    return GraphResult(outputs, results, time.perf_counter() - t0, failures)
 
 
 def _warn_hidden(out_dir: str, outputs: List[str]) -> None:
@@ -453,13 +458,24 @@ def unit_task(cfg: GraphConfig, ts: str, unit: Unit, _emit=None) -> Tuple[UnitRe
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _run_units_ray(cfg, units, workdir, ts, jobs) -> List[UnitResult]:
-    """One Ray task per step/rank (:func:`unit_task`); each part is written into ``workdir`` as it arrives."""
+def _run_units_ray(cfg, units, workdir, ts, jobs, failures=None) -> List[UnitResult]:
+    """One Ray task per step/rank (:func:`unit_task`); each part is written into ``workdir`` as it arrives.
+    ``failures`` (a list): a step/rank whose graph fails is recorded there and left out, the others go on."""
     import functools
 
     from msprobe.core.executor import run_tasks
 
     out: List[Optional[UnitResult]] = [None] * len(units)
+
+    def on_error(i, exc):
+        if failures is None:
+            raise exc
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        label = unit_label(units[i]) or "graph"
+        log.error("graph %s failed: %s", label, reason)
+        failures.append((label, reason))
+        if jobs[i] is not None and not jobs[i].finished:
+            jobs[i].abandon()
 
     def on_result(i, value):
         res, data = value
@@ -472,11 +488,11 @@ def _run_units_ray(cfg, units, workdir, ts, jobs) -> List[UnitResult]:
             jobs[i].finish()
 
     run_tasks(functools.partial(unit_task, cfg, ts), units, len(units), backend=cfg.backend, on_result=on_result,
-              collect=False, name="msprobe-graph")
-    return out
+              on_error=on_error if failures is not None else None, collect=False, name="msprobe-graph")
+    return [r for r in out if r is not None]
 
 
-def _run_units(cfg, units, workdir, ts, progress_factory) -> List[UnitResult]:
+def _run_units(cfg, units, workdir, ts, progress_factory, failures=None) -> List[UnitResult]:
     """Every step/rank, in msprobe.core.executor workers when there are several (Ctrl-C or a failing graph
     stops them all at once; their parts live in ``workdir``, removed by the caller); with a Ray backend
     (--ray) in Ray tasks, also for one unit."""
@@ -486,7 +502,7 @@ def _run_units(cfg, units, workdir, ts, progress_factory) -> List[UnitResult]:
     jobs = [progress_factory(unit_label(u)) for u in units] if progress_factory else [None] * len(units)
     if is_ray(cfg.backend):
         try:
-            return _run_units_ray(cfg, units, workdir, ts, jobs)
+            return _run_units_ray(cfg, units, workdir, ts, jobs, failures if len(units) > 1 else None)
         except BaseException:
             for job in jobs:
                 if job is not None and not job.finished:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -41,6 +41,7 @@ class MergeResult:
     rows: int
     seconds: float
     single: bool = False  # the input was the report of a single-process compare, merged as rank 0
+    failures: List[Tuple[str, str]] = field(default_factory=list)  # --ray: (rank label, one-line reason) left out
 
 
 def _timestamp() -> str:
@@ -105,10 +106,13 @@ def _extract_job(args, _emit=None):
 
 
 def _read_all(cfg: MergeConfig, files: List[RankFile], indexes: List[str],
-              progress: Optional[Callable[..., None]]) -> List[RankData]:
+              progress: Optional[Callable[..., None]], failures: Optional[List[Tuple[str, str]]] = None
+              ) -> List[RankData]:
     """Every report's wanted rows, read in worker processes or Ray tasks (msprobe.core.executor, ``cfg.backend``:
     Ctrl-C stops them at once).
-    ``progress(stage, done, total, unit, detail)``: the stage "read", counted in reports."""
+    ``progress(stage, done, total, unit, detail)``: the stage "read", counted in reports.
+    ``failures`` (a list; --ray): a report that cannot be read is recorded there and left out, the others are
+    merged; without it the first failure is raised."""
     jobs = [(f, cfg.apis, indexes) for f in files]
     from msprobe.core.executor import run_tasks
     from msprobe.core.resources import cap_jobs
@@ -123,10 +127,22 @@ def _read_all(cfg: MergeConfig, files: List[RankFile], indexes: List[str],
         if progress:
             progress("read", done[0], total, "reports", f"{done[1]:,} rows kept")
 
+    on_error = None
+    if failures is not None:
+        def on_error(i, exc) -> None:     # --ray: the report is left out, named in the summary; the others go on
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            label = f"rank{files[i].rank}"
+            log.error("merge_result %s (%s) failed: %s", label, files[i].path, reason)
+            failures.append((label, reason))
+            done[0] += 1
+            if progress:
+                progress("read", done[0], total, "reports", f"{done[1]:,} rows kept, {len(failures)} failed")
+
     if progress:
         progress("read", 0, total, "reports")
-    return run_tasks(_extract_job, jobs, workers, backend=getattr(cfg, "backend", None), on_result=on_result,
-                     name="msprobe-merge")
+    out = run_tasks(_extract_job, jobs, workers, backend=getattr(cfg, "backend", None), on_result=on_result,
+                    on_error=on_error, name="msprobe-merge")
+    return [rd for rd in out if rd is not None]
 
 
 def assemble(ranks: List[RankData], indexes: List[str]):
@@ -158,7 +174,13 @@ def run_merge(cfg: MergeConfig, progress: Optional[Callable[..., None]] = None) 
         raise MsprobeError("no APIs to merge: config.yaml needs an 'api' list, e.g. 'api: [Distributed.all_reduce]'")
     input_dir, files, mode, indexes = _plan(cfg)
     out_dir = ensure_output_dir(cfg.output_dir)
-    ranks = _read_all(cfg, files, indexes, progress)
+    from msprobe.core.executor import is_ray
+
+    failures: Optional[List[Tuple[str, str]]] = [] if is_ray(getattr(cfg, "backend", None)) else None
+    ranks = _read_all(cfg, files, indexes, progress, failures)
+    if not ranks:
+        raise MsprobeError(f"merge_result: no rank report of {input_dir} could be read ({len(files)} failed: "
+                           f"{failures[0][0] if failures else '?'}: {failures[0][1] if failures else ''})")
 
     missing: Dict[str, List[str]] = {}
     for rd in ranks:
@@ -197,4 +219,4 @@ def run_merge(cfg: MergeConfig, progress: Optional[Callable[..., None]] = None) 
         progress("write", len(names), len(names), "rows",
                  f"{len(book)} sheet{'s' if len(book) != 1 else ''}, {os.path.basename(written)}")
     return MergeResult(written, mode, [rd.rank for rd in ranks], indexes, len(names), time.perf_counter() - start,
-                       single=files[0].single)
+                       single=files[0].single, failures=list(failures or ()))

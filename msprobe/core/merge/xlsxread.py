@@ -241,6 +241,12 @@ class SheetReader:
                     chunk = fh.read(size)
                     size = READ_CHUNK
                     if not chunk:
+                        if b"</sheetData>" not in tail and b"<sheetData/>" not in tail:
+                            # the zip entry is whole (its CRC checked) but its XML stops inside the rows: a
+                            # report written by something that died, never fewer rows read in silence
+                            raise MsprobeError(f"{self.path}: the worksheet XML ends before </sheetData> (the "
+                                               "report was cut short when it was written): regenerate it with "
+                                               "msprobe compare or move it out of the input directory")
                         break
                     buf = tail + chunk
                     cut = buf.rfind(b"</row>")
