@@ -296,12 +296,14 @@ class Collector(CollectorBase):
                     # one compact copy serves the statistics too (one pass of the float32 kernel over memory
                     # that is in cache, instead of strided reductions): the snapshot a saved tensor needs
                     # anyway, or for md5 the compact bytes the CRC needs anyway
-                    if save and self.tensor_dir is not None and self.writer.threaded:
-                        snap = self.writer.snapshot(p)
-                        if snap is not None:
+                    try:
+                        if save and self.tensor_dir is not None and self.writer.threaded:
+                            snap = self.writer.snapshot(p)
                             p = snap[0]
-                    elif self.md5 and not p.is_contiguous():
-                        p = p.contiguous()
+                        elif self.md5 and not p.is_contiguous():
+                            p = p.contiguous()
+                    except Exception:   # noqa: BLE001 - no compact copy (memory): measured and saved as before
+                        snap = None
                 try:
                     slot = self.stats.add(rec, p, t)
                 except Exception as exc:
