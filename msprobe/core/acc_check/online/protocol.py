@@ -85,6 +85,8 @@ def read_frame(read_exact: Callable[[int], bytes]) -> Frame:
         header = json.loads(head.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise ProtocolError(f"header is not JSON: {exc}")
+    except RecursionError:  # nested deeper than the interpreter's recursion limit
+        raise ProtocolError("header is not JSON the checker can read: nested too deep")
     if not isinstance(header, dict):
         raise ProtocolError("header is not a JSON object")
     return Frame(kind, header, memoryview(payload))
@@ -119,7 +121,7 @@ def tensor_views(frame: Frame) -> List[Tuple[str, List[int], memoryview]]:
         if not isinstance(s, dict):
             raise ProtocolError(f"tensor {k}: not an object")
         dtype, shape, nbytes = s.get("dtype"), s.get("shape"), s.get("nbytes")
-        if dtype not in ITEMSIZE:
+        if not isinstance(dtype, str) or dtype not in ITEMSIZE:
             raise ProtocolError(f"tensor {k}: unsupported dtype {dtype!r}")
         if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
                                                   for d in shape):
@@ -127,7 +129,8 @@ def tensor_views(frame: Frame) -> List[Tuple[str, List[int], memoryview]]:
         count = 1
         for d in shape:
             count *= d
-        if nbytes != count * ITEMSIZE[dtype] or pos + nbytes > total:
+        if (not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes != count * ITEMSIZE[dtype]
+                or pos + nbytes > total):
             raise ProtocolError(f"tensor {k}: {nbytes!r} bytes do not match {dtype} {shape} or the payload")
         out.append((dtype, shape, frame.payload[pos:pos + nbytes]))
         pos += nbytes
