@@ -6,6 +6,8 @@
 Each input ``i`` is fully determined by ``(seed, i)``: a scenario (a command with its arguments:
 compare on statistics / md5 / tensor / step-dir / compare.json / mapping yaml / MindSpore kernel dumps,
 graph build and compare, merge_result, op_generate, code_mapping, nan_analyze, api_precision_compare, run_ut,
+run_ut -csv_path on a mutated resume CSV (white_list of 1-3 APIs), run_overflow_check on a statistics / tensor
+dump with inf/nan written into 1-3 outputs,
 the dump's config.json loader; config_check -c / -d / checkpoints, parse pt / cn / pk / dc, grad_compare and
 csv2tensorboard on small valid inputs made once per worker), a
 fresh copy of the scenario's input files in a temporary folder, and one to three mutations of one or more
@@ -441,6 +443,84 @@ def make_scenarios(fx: Path) -> List[Scenario]:
         tensors = _files(t / "dump_tensor_data") if (t / "dump_tensor_data").is_dir() else []
         return argv, [t / "dump.json", t / "dump.json"] + _pick(rnd, tensors, 2)
 
+    def _white_list(ws: Path, rnd: random.Random, dump_json: Path) -> List[str]:
+        """A config.json whose run_ut white_list keeps 1-3 APIs of the dump (each input stays a few seconds)."""
+        try:
+            names = list(json.loads(dump_json.read_text())["data"])
+        except Exception:  # noqa: BLE001 - the fixture itself is fine; only a copy is mutated later
+            names = []
+        apis = sorted({n.split(".")[1] for n in names if n.count(".") >= 3 and not n.startswith("Module.")})
+        cfg = ws / "ut_config.json"
+        cfg.write_text(json.dumps({"run_ut": {"white_list": rnd.sample(apis, min(len(apis), rnd.randint(1, 3)))}}))
+        return ["-config", str(cfg)]
+
+    def _set_overflow(dump_json: Path, rnd: random.Random) -> None:
+        """Give one to three forward outputs an inf/nan Max or Min, so that run_overflow_check re-runs them."""
+        doc = json.loads(dump_json.read_text())
+        fwd = [k for k in doc.get("data", {}) if k.endswith(".forward") and not k.startswith("Module.")]
+        for k in rnd.sample(fwd, min(len(fwd), rnd.randint(1, 3))):
+            outs = doc["data"][k].get("output") or []
+            outs = outs if isinstance(outs, list) else [outs]
+            for o in outs:
+                if isinstance(o, dict) and "Max" in o:
+                    o[rnd.choice(("Max", "Min"))] = rnd.choice(("inf", "-inf", "nan", float("inf"), float("nan")))
+        dump_json.write_text(json.dumps(doc, indent=1))
+
+    def run_overflow_check(ws: Path, rnd: random.Random):
+        case = rnd.choice([c for c in ("mlp_bf16_stat_mix", "mlp_bf16_stat_L1", "cnn_fp16_stat_mix", "mlp_bf16_tensor_mix")
+                           if c in dump_cases])
+        t = _copy(rank_dir(case, "target"), ws / "t")
+        if rnd.random() < 0.7:
+            _set_overflow(t / "dump.json", rnd)
+        argv = ["-f", "pytorch", "run_overflow_check", "-api_info", str(t / "dump.json"), "-q", "--timeout", "20"]
+        if rnd.random() < 0.5:
+            argv += ["-o", str(ws / "out")]
+        if rnd.random() < 0.2:
+            argv += ["--data_mode", rnd.choice(("random_data", "real_data"))]
+        tensors = _files(t / "dump_tensor_data") if (t / "dump_tensor_data").is_dir() else []
+        return argv, [t / "dump.json", t / "dump.json"] + _pick(rnd, tensors, 2)
+
+    def run_ut_ms(ws: Path, rnd: random.Random):
+        """MindSpore run_ut on a MindSpore dump (about 1.5 s an input): needs MindSpore, so weight 0; run it with
+        ``.venv-ms/bin/python tools/fuzz.py --only run_ut_ms`` (under .venv every input is the clean error
+        "No module named 'mindspore'")."""
+        t = _copy(rank_dir("mindspore_cpu_mix", "target"), ws / "t")
+        argv = ["-f", "mindspore", "run_ut", "-api_info", str(t / "dump.json"), "-o", str(ws / "out"), "-q", "-j", "1",
+                "--timeout", "20"]
+        if rnd.random() < 0.2:
+            argv += ["--data_mode", rnd.choice(("random_data", "real_data"))]
+        tensors = _files(t / "dump_tensor_data") if (t / "dump_tensor_data").is_dir() else []
+        return argv, [t / "dump.json", t / "dump.json"] + _pick(rnd, tensors, 2)
+
+    def run_ut_resume(ws: Path, rnd: random.Random):
+        """run_ut -csv_path on the result/details CSVs of an earlier run (made once per worker), mutated."""
+        case = "mlp_bf16_stat_mix"
+        if "resume" not in _MADE:
+            tmp = Path(tempfile.mkdtemp(prefix="msprobe-fuzz-resume-"))
+            from msprobe.cli.main import main as _main
+            with open(os.devnull, "w") as null, contextlib.redirect_stdout(null), contextlib.redirect_stderr(null):
+                _main(["-f", "pytorch", "run_ut", "-api_info", str(rank_dir(case, "target") / "dump.json"),
+                       "-o", str(tmp), "-q", "-j", "1"])
+            _MADE["resume"] = {p.name: p.read_bytes() for p in tmp.glob("accuracy_checking_*.csv")}
+            shutil.rmtree(tmp, ignore_errors=True)
+        t = _copy(rank_dir(case, "target"), ws / "t")
+        res = ws / "resume"   # appended to by the run: not an input (see run_one)
+        res.mkdir()
+        files = []
+        for name, data in _MADE["resume"].items():
+            rows = data.split(b"\n")
+            if rnd.random() < 0.5 and len(rows) > 3:  # an interrupted run: its last rows missing
+                data = b"\n".join(rows[:rnd.randrange(2, len(rows))])
+            (res / name).write_bytes(data)
+            files.append(res / name)
+        for p in _pick(rnd, files, 1):
+            if rnd.random() < 0.5:
+                p.write_bytes(mutate_csv(p.read_bytes(), rnd))
+        result = next((p for p in files if "_result_" in p.name), res / "accuracy_checking_result_20260101000000.csv")
+        argv = ["-f", "pytorch", "run_ut", "-api_info", str(t / "dump.json"), "-csv_path", str(result), "-q", "-j", "1",
+                "--timeout", "20"] + _white_list(ws, rnd, t / "dump.json")
+        return argv, files + files + [t / "dump.json"]
+
     def api_precision_compare(ws: Path, rnd: random.Random):
         from msprobe.core.acc_check.results import DETAILS_HEADER
         import csv as _csv
@@ -698,7 +778,12 @@ def make_scenarios(fx: Path) -> List[Scenario]:
                 Scenario("api_precision_compare", "api_precision_compare", api_precision_compare, 1),
                 # run_ut starts worker processes and re-runs every API (~3 s an input): weight 0 in the mixed run,
                 # fuzzed on its own with --only run_ut (see docs/reliability.md)
-                Scenario("run_ut", "run_ut", run_ut, 0)]
+                Scenario("run_ut", "run_ut", run_ut, 0),
+                # a white_list of 1-3 APIs, -j 1: about a second an input; weight 1 in the mixed run
+                Scenario("run_overflow_check", "run_overflow_check", run_overflow_check, 1),
+                Scenario("run_ut_resume", "run_ut", run_ut_resume, 1)
+    if "mindspore_cpu_mix" in dump_cases:
+        out.append(Scenario("run_ut_ms", "run_ut", run_ut_ms, 0))
     if (fx / "multirank_mlp_bf16_stat_mix" / "reference_out").is_dir():
         out.append(Scenario("merge_result", "merge_result", merge, 2))
     if (fx / "mindspore_ir").is_dir():
@@ -778,7 +863,7 @@ def run_one(seed: int, index: int, scenarios: List[Scenario], timeout: float, ke
             i = rnd.randrange(1, len(argv))
             argv[i] = rnd.choice((argv[i] + "x" * 100_000, "", "-", argv[i] + "/", "\u4e2d" * 50, argv[i] + "\x00"))
             result["mutations"].append(f"argv[{i}]")
-        inputs = [p for p in ws.iterdir() if p.name not in ("out", "_logs", "dump", "extract.json")]
+        inputs = [p for p in ws.iterdir() if p.name not in ("out", "_logs", "dump", "extract.json", "resume")]
         before = _hash_tree(inputs)
         result["argv"] = [a if len(a) < 300 else a[:100] + f"...({len(a)} chars)" for a in argv]
         out_file = ws / "_console.txt"
