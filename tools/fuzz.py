@@ -781,7 +781,7 @@ def make_scenarios(fx: Path) -> List[Scenario]:
                 Scenario("run_ut", "run_ut", run_ut, 0),
                 # a white_list of 1-3 APIs, -j 1: about a second an input; weight 1 in the mixed run
                 Scenario("run_overflow_check", "run_overflow_check", run_overflow_check, 1),
-                Scenario("run_ut_resume", "run_ut", run_ut_resume, 1)
+                Scenario("run_ut_resume", "run_ut", run_ut_resume, 1)]
     if "mindspore_cpu_mix" in dump_cases:
         out.append(Scenario("run_ut_ms", "run_ut", run_ut_ms, 0))
     if (fx / "multirank_mlp_bf16_stat_mix" / "reference_out").is_dir():
