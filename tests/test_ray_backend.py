@@ -445,6 +445,51 @@ def test_interrupt_with_tasks_writing_in_place_leaves_no_report(tmp_path, ray_cl
     assert os.listdir(out) == []
 
 
+def _rank0_lingers(cfg, job, _emit=None, **kw):
+    """compare_rank, then rank0 holds on to its result: it has written its files in place and is killed by
+    its cancel before returning them (shipped to the workers by value)."""
+    import time
+
+    from msprobe.core.compare.runner import compare_rank
+
+    res = compare_rank(cfg, job, _emit, **kw)
+    if job.label == "rank0":
+        time.sleep(120)
+    return res
+
+
+@needs_ray
+def test_interrupt_kills_a_task_that_wrote_in_place_before_returning(tmp_path, ray_cluster, monkeypatch):
+    """The race of CI on 1fe03f9: rank0's task had named its report and advisor file, then was killed by the
+    Ctrl-C's cancel before handing them over (so on_late never saw them): they are removed all the same, and a
+    file of the user's under a rank's report name, there before the run, is kept."""
+    from ray import cloudpickle
+
+    from msprobe.core.compare import runner
+    from msprobe.core.compare.config import CompareConfig
+    from msprobe.core.executor import ray_backend
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    monkeypatch.setattr(runner, "compare_rank", _rank0_lingers)
+    case = fixtures_or_skip() / MULTI
+    out = tmp_path / "out"
+    out.mkdir()
+    mine = out / "compare_result_rank0_mine.csv"
+    mine.write_text("the user's own file")
+    cfg = CompareConfig(target=str(case / "target" / "step0"), golden=str(case / "golden" / "step0"),
+                        output_dir=str(out), fmt="csv", backend=ray_backend())
+    _Bar.hits.clear()
+    failures = []
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            runner.run_compare(cfg, progress_factory=lambda label: _Bar(), advisor=True, failures=failures)
+    finally:
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    assert _Bar.hits and failures == []          # rank1 came back (its bar's finish is the Ctrl-C)
+    assert os.listdir(out) == [mine.name]
+    assert mine.read_text() == "the user's own file"
+
+
 @needs_ray
 def test_merge_result_bad_rank_is_recorded_and_the_others_merged(tmp_path, capsys, ray_cluster):
     """--ray: a rank report that cannot be read is named with its reason; the others are merged (exit 1)."""

@@ -476,6 +476,40 @@ def _make_probe(out_dir: str) -> str:
     return path
 
 
+def _output_dirs(out_dir: str, jobs) -> List[str]:
+    return sorted({os.path.join(out_dir, j.out_sub) if j.out_sub else out_dir for j in jobs})
+
+
+def _listing(out_dir: str, jobs) -> dict:
+    """The names already in each folder the ranks write into (what a stopped run must not remove)."""
+    seen = {}
+    for d in _output_dirs(out_dir, jobs):
+        try:
+            seen[d] = set(os.listdir(d))
+        except OSError:
+            seen[d] = set()
+    return seen
+
+
+def _remove_new_outputs(out_dir: str, jobs, before: dict) -> None:
+    """Remove the files that appeared since ``before`` under the names the ``jobs``' ranks write (report,
+    advisor, layer mapping): what tasks stopped by a Ctrl-C may have placed in the shared output folder."""
+    for d in _output_dirs(out_dir, jobs):
+        labels = {j.label for j in jobs if (os.path.join(out_dir, j.out_sub) if j.out_sub else out_dir) == d}
+        heads = tuple(f"{kind}{'_' + lab if lab else ''}_" for lab in labels
+                      for kind in ("compare_result", "debug_compare_result", "advisor", "data_mapping"))
+        try:
+            names = os.listdir(d)
+        except OSError:
+            continue
+        for name in names:
+            if name not in before.get(d, ()) and name.startswith(heads):
+                try:
+                    os.unlink(os.path.join(d, name))
+                except OSError:
+                    pass
+
+
 def _run_ray(cfg, jobs, out_dir, ts, bars, results, advisor, keep_tables, failures, progress_factory):
     """One Ray task per rank (:func:`compare_rank`, reading the dumps where they lie); each report comes back
     as columns and is written here by :func:`run_job` as soon as it arrives (the writers of the local path:
@@ -531,6 +565,7 @@ def _run_ray(cfg, jobs, out_dir, ts, bars, results, advisor, keep_tables, failur
     from msprobe.core.io import tensors
 
     probe = "" if os.environ.get(DRIVER_WRITES_ENV, "").strip() in ("1", "true", "yes") else _make_probe(out_dir)
+    before = _listing(out_dir, jobs) if probe else {}
     task = functools.partial(compare_rank, cfg, fallback=getattr(tensors, "_fallback", None), advisor=advisor,
                              keep_tables=keep_tables, out_dir=out_dir, ts=ts, probe=probe)
     tick()
@@ -542,6 +577,11 @@ def _run_ray(cfg, jobs, out_dir, ts, bars, results, advisor, keep_tables, failur
         from msprobe.core.fileio import clean_stale_temps
 
         clean_stale_temps(out_dir)          # what a cancelled task was writing there
+        if probe:
+            # a task killed by its cancel after naming its files, before returning them: never handed over,
+            # so neither on_result nor on_late knows them; what is new here under a stopped rank's names goes
+            handed = {order[id(r)] for r in results if id(r) in order}
+            _remove_new_outputs(out_dir, [j for i, j in enumerate(jobs) if i not in handed], before)
         raise
     finally:
         if probe:
