@@ -83,6 +83,15 @@ _UNIT = {
     "bf16": 2.0 ** -8, "fp16": 2.0 ** -11, "fp32": 2.0 ** -24,
 }
 _INT_WORDS = ("int", "bool", "uint", "long", "short")
+# largest finite value per dtype name: an input holding (about) it is a sentinel such as an additive attention
+# mask filled with torch.finfo(dtype).min, not a magnitude the op's result can be measured against
+_FMAX = {
+    "bfloat16": 3.3895313892515355e38, "float16": 65504.0, "half": 65504.0, "float32": 3.4028234663852886e38,
+    "float": 3.4028234663852886e38, "float64": 1.7976931348623157e308, "double": 1.7976931348623157e308,
+    "float8_e4m3fn": 448.0, "float8_e5m2": 57344.0, "bf16": 3.3895313892515355e38, "fp16": 65504.0,
+    "fp32": 3.4028234663852886e38,
+}
+SENTINEL_FRACTION = 0.5
 _DTYPE_LABEL = {2.0 ** -8: "bf16", 2.0 ** -11: "fp16", 2.0 ** -24: "fp32", 2.0 ** -53: "fp64"}
 
 COLLECTIVE_PREFIXES = ("Distributed", "MintDistributed", "Communication", "communication")
@@ -129,6 +138,13 @@ def unit_roundoff(dtypes: Sequence[str]) -> np.ndarray:
     NaN for what is not a tensor dtype (``<class 'float'>``, ``torch.Size``, ``None``)."""
     units = {d: _unit_of(d) for d in set(dtypes)}  # few distinct dtypes
     return np.fromiter(map(units.__getitem__, dtypes), dtype=np.float64, count=len(dtypes))
+
+
+def dtype_max(dtypes: Sequence[str]) -> np.ndarray:
+    """Largest finite value per float dtype text; NaN for any other (or unknown) dtype."""
+    tops = {d: (_FMAX.get(d.rsplit(".", 1)[-1].lower(), float("nan")) if isinstance(d, str) else float("nan"))
+            for d in set(dtypes)}
+    return np.fromiter(map(tops.__getitem__, dtypes), dtype=np.float64, count=len(dtypes))
 
 
 def _unit_of(d) -> float:
@@ -547,8 +563,13 @@ def judge(f: Facts) -> Judgement:
     np.fmax.at(e_in_own, inv[tin], score[tin])
     np.fmax.at(e_all, inv[tens & (is_in | is_out)], score[tens & (is_in | is_out)])
     nf_in[inv[nonfin_t_only & is_in]] = True
+    # the inputs' magnitude (for outputs much smaller than their inputs, below) leaves out sentinel inputs:
+    # a module fed an additive attention mask (torch.finfo.min where masked) does not consume values of 3e38
+    with np.errstate(invalid="ignore"):
+        sentinel = mag >= SENTINEL_FRACTION * np.fmin(dtype_max(f.t_dtype), dtype_max(f.g_dtype))
     mag_in = np.full(n_api, np.nan)
-    np.fmax.at(mag_in, inv[tin], mag[tin])
+    np.fmax.at(mag_in, inv[tin & ~sentinel], mag[tin & ~sentinel])
+    del sentinel
     numel = _numel(f.shape) if f.shape is not None else np.full(n, np.nan)
     numel_in = np.full(n_api, np.nan)
     np.fmax.at(numel_in, inv[tin], numel[tin])
@@ -562,7 +583,12 @@ def judge(f: Facts) -> Judgement:
     mod_err = {}  # module key -> largest error of its forward / backward rows
     mod_gmag = {}  # module key -> magnitude of the gradients its backward received
     mod_gnum = {}  # module key -> their element count
-    sub_err = {}  # module path (without class) -> largest error of the rows of its sub-modules
+    # module path (without class) -> largest error of the rows of its sub-modules: of their forward calls
+    # (sub_fwd) and of all their calls (sub_err).  A module's forward call runs before any backward call, so
+    # only its sub-modules' forward rows can explain it (their backward rows differ as soon as anything
+    # downstream does); a backward call may inherit from either
+    sub_err = {}
+    sub_fwd = {}
     for k, m in enumerate(mod_keys):
         if m and not pg_keys[k]:
             v = e_all[k]
@@ -572,6 +598,8 @@ def judge(f: Facts) -> Judgement:
                 for d in range(2, len(path)):
                     anc = ".".join(path[:d])
                     sub_err[anc] = max(sub_err.get(anc, 0.0), float(v))
+                    if not fwd_keys[k]:
+                        sub_fwd[anc] = max(sub_fwd.get(anc, 0.0), float(v))
             else:
                 mod_err.setdefault(m, np.nan)
             if fwd_keys[k] and not np.isnan(mag_in[k]):
@@ -590,12 +618,14 @@ def judge(f: Facts) -> Judgement:
             mag_in[k] = mod_gmag.get(m, np.nan)
             numel_in[k] = mod_gnum.get(m, np.nan)
         elif m:
-            sub = sub_err.get(".".join(m.split(".")[:-1]))
+            sub = (sub_err if fk else sub_fwd).get(".".join(m.split(".")[:-1]))
             if sub is not None:
                 e_ctx[k] = np.fmax(e_ctx[k], sub)
     ctx = e_ctx[inv]
     is_bwd = np.array([bool(k) for k in fwd_keys], dtype=bool)[inv]
-    del fwd_keys, mod_keys, pg_keys, pos, mod_err, mod_gmag, mod_gnum, sub_err, e_ctx, e_in_own, e_all
+    is_mod_fwd = np.array([bool(m) and not fk and not p for m, fk, p in zip(mod_keys, fwd_keys, pg_keys)],
+                          dtype=bool)[inv]
+    del fwd_keys, mod_keys, pg_keys, pos, mod_err, mod_gmag, mod_gnum, sub_err, sub_fwd, e_ctx, e_in_own, e_all
     # an output much smaller than what its op consumed (a reduction with cancellation, x - y with x ~ y)
     # carries the absolute rounding of the inputs: judge its difference against the inputs' magnitude
     # too and keep the smaller of the two scaled errors
@@ -606,6 +636,15 @@ def judge(f: Facts) -> Judgement:
     with np.errstate(invalid="ignore"):
         much_smaller = mag_in[inv] > CANCEL_RATIO * mag
     use_in = judged_out & much_smaller & (in_score < score)
+    # ... but not the output of a module's forward call whose inputs and sub-modules agree within rounding
+    # and which no recorded op inside produced (no earlier output holds its statistics on both sides): the
+    # module changed it with code the dump does not see (a forward hook, an aten call), and a module is not
+    # one reduction (a block's output is routinely 30x smaller than the residual stream it reads)
+    mod_out = use_in & is_mod_fwd & (np.nan_to_num(ctx, nan=0.0) <= K_ROUND * unit)
+    if mod_out.any():
+        mod_out &= ~_linked_inputs(f.t_stats, f.g_stats, tens & is_out & ~is_mod_fwd, mod_out)
+        use_in &= ~mod_out
+    del mod_out, is_mod_fwd
     del judged_out, much_smaller
     score = np.where(use_in, in_score, score)
     stat = np.where(use_in, in_stat, stat).astype(np.int8)

@@ -1,0 +1,93 @@
+"""Verdict rules met on transformers models (found by tests/fault_injection/hf.py, benchmarks/fault_score.py
+--family hf): a module's forward output changed by code the dump does not see (a user's forward hook), and an
+op fed an additive attention mask (torch.finfo.min where masked).
+
+* a module's forward call is explained by its sub-modules' forward rows only, not by their backward rows
+  (those differ as soon as anything downstream does, and run later);
+* an input holding (about) its dtype's largest finite value is a sentinel, not a magnitude the op's output
+  can be measured against (the cancellation rule);
+* a module's forward output that differs while its inputs and sub-modules agree, and that no recorded op
+  inside produced, is not rescaled to its (much larger) inputs' magnitude: a block's output is routinely
+  30x smaller than the residual stream it reads.
+"""
+
+from __future__ import annotations
+
+from msprobe.core.compare import verdict as vd
+
+from test_verdict import assert_consistent, run, tensor
+
+F32_MIN = -3.4028234663852886e38
+
+
+def _mask():
+    return tensor(0.0, F32_MIN, float("-inf"), float("inf"), shape=(2, 1, 16, 16))
+
+
+def test_module_forward_is_not_explained_by_its_submodules_backward(tmp_path):
+    x = tensor(1.0, -1.0, 0.01, 8.0)
+    sub_out = tensor(0.9, -0.8, 0.02, 7.0)
+    grad_t, grad_g = tensor(0.011, -0.011, 1e-4, 0.088), tensor(0.01, -0.01, 1e-4, 0.08)
+    common = {
+        "Module.blk.proj.Linear.forward.0": {"input_args": [x], "output": [sub_out]},
+    }
+    target = dict(common, **{
+        "Module.blk.Block.forward.0": {"input_args": [x], "output": [tensor(0.945, -0.84, 0.021, 7.35)]},
+        "Module.blk.proj.Linear.backward.0": {"input": [grad_t], "output": [grad_t]},
+    })
+    golden = dict(common, **{
+        "Module.blk.Block.forward.0": {"input_args": [x], "output": [sub_out]},
+        "Module.blk.proj.Linear.backward.0": {"input": [grad_g], "output": [grad_g]},
+    })
+    rep = run(tmp_path, target, golden)
+    out = rep.names.index("Module.blk.Block.forward.0.output.0")
+    assert rep.verdict[out] == vd.FAIL, rep.why[out]
+    assert rep.why[out].endswith("differs by 4.76% relative while its inputs agree within fp32 rounding")
+    assert rep.first_red == (out, "Module.blk.Block.forward.0.output.0")
+    assert_consistent(rep)
+
+
+def test_attention_mask_is_not_the_magnitude_of_an_ops_inputs(tmp_path):
+    q = tensor(1.0, -1.0, 0.0, 16.0, shape=(2, 4, 16, 16))
+    out_g = tensor(0.5, -0.5, 0.0, 8.0, shape=(2, 4, 16, 16))
+    out_t = tensor(0.55, -0.55, 0.0, 8.8, shape=(2, 4, 16, 16))
+    key = "Functional.scaled_dot_product_attention.0.forward"
+    rep = run(tmp_path, {key: {"input_args": [q, q, q, _mask()], "output": [out_t]}},
+              {key: {"input_args": [q, q, q, _mask()], "output": [out_g]}})
+    out = rep.names.index(key + ".output.0")
+    assert rep.verdict[out] == vd.FAIL, rep.why[out]
+    assert rep.why[out].endswith("of magnitude while its inputs agree within fp32 rounding"), rep.why[out]
+    assert_consistent(rep)
+
+
+def test_module_output_changed_outside_any_recorded_op_is_red(tmp_path):
+    # a pre-norm attention block: reads the residual stream (magnitude 3) and a mask, returns o_proj's output
+    # (magnitude 0.07) x1.05 (a user's forward hook on o_proj: o_proj's own record is unscaled)
+    h = tensor(3.1, -2.9, 0.002, 45.0, shape=(2, 16, 64))
+    o = tensor(0.0702, -0.0951, -0.0015, 0.654, shape=(2, 16, 64))
+    o_hooked = tensor(0.0702 * 1.05, -0.0951 * 1.05, -0.0015 * 1.05, 0.654 * 1.05, shape=(2, 16, 64))
+    common = {"Module.attn.o_proj.Linear.forward.0": {"input_args": [tensor(0.4, -0.4, -0.008, 3.7, shape=(2, 16, 64))],
+                                                       "output": [o]}}
+    rep = run(tmp_path,
+              dict(common, **{"Module.attn.Attention.forward.0": {"input_args": [h, _mask()], "output": [o_hooked]}}),
+              dict(common, **{"Module.attn.Attention.forward.0": {"input_args": [h, _mask()], "output": [o]}}))
+    out = rep.names.index("Module.attn.Attention.forward.0.output.0")
+    assert rep.verdict[out] == vd.FAIL, rep.why[out]
+    assert rep.why[out].endswith("while its inputs agree within fp32 rounding"), rep.why[out]
+    assert_consistent(rep)
+
+
+def test_module_output_an_inner_op_produced_keeps_the_cancellation_rule(tmp_path):
+    # the same block whose output is an inner op's output (same statistics on both sides, recorded before
+    # it): that op's row carries the verdict; the module's row is measured against its inputs as before
+    h = tensor(3.1, -2.9, 0.002, 45.0, shape=(2, 16, 64))
+    o_t = tensor(0.0702 * 1.05, -0.0951 * 1.05, -0.0015 * 1.05, 0.654 * 1.05, shape=(2, 16, 64))
+    o_g = tensor(0.0702, -0.0951, -0.0015, 0.654, shape=(2, 16, 64))
+    rep = run(tmp_path,
+              {"Tensor.__mul__.0.forward": {"input_args": [o_g], "output": [o_t]},
+               "Module.attn.Attention.forward.0": {"input_args": [h], "output": [o_t]}},
+              {"Tensor.__mul__.0.forward": {"input_args": [o_g], "output": [o_g]},
+               "Module.attn.Attention.forward.0": {"input_args": [h], "output": [o_g]}})
+    assert rep.verdict[rep.names.index("Tensor.__mul__.0.forward.output.0")] == vd.FAIL
+    assert rep.verdict[rep.names.index("Module.attn.Attention.forward.0.output.0")] == vd.NOISE
+    assert_consistent(rep)
