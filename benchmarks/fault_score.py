@@ -1,7 +1,7 @@
 """Score msprobe's advisor / -da and MindStudio Probe 8.3.3's advisor on the fault-injection cases (issue 16).
 
     .venv/bin/python benchmarks/fault_score.py [--work DIR] [--venv DIR] [--only CASE ...] [--no-reference]
-                                               [--write benchmarks/fault_score_results.md]
+                                               [--family base|hf|all] [--write benchmarks/fault_score_results.md]
 
 1. builds the reference's scratch venv if it is missing (default ``$MSPROBE_REF_CACHE/venv833``, cache
    default ``~/.cache/msprobe-ref``, by benchmarks/refvenv.py: ``python -m venv``, ``pip install``
@@ -10,7 +10,12 @@
 2. generates the dump pairs (tests/fault_injection/generate.py) into ``--work`` (default: a temp dir);
 3. runs ``msprobe compare -da`` (ours) and the reference's ``msprobe -f pytorch compare -i compare.json``
    (its advisor writes ``advisor_*.txt``) on every pair;
-4. prints a table (case, expected, ours, reference, hit/miss) and the scores.
+4. prints a table (case, expected, ours, reference, hit/miss) and the scores (per model for ``--family hf``).
+
+``--family``: ``base`` (default) the models written here, ``hf`` the tiny transformers models (llama, gpt2, t5,
+mixtral: tests/fault_injection/hf.py), ``all`` both.  ``--write`` replaces that family's section of the file
+(``# Fault-injection score (issue 16)`` for base, ``## Transformers models (--family hf)`` for hf) and keeps the
+rest.
 
 A fault case is a hit when the named row is the injected op (or one of its rows) on every expected rank;
 ours counts the advisor (file and console must agree) and -da (the first-divergence block) separately.
@@ -34,11 +39,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
-from fault_injection.cases import CASES  # noqa: E402
+from fault_injection.cases import CASES, HF_CASES  # noqa: E402
 from fault_injection.evaluate import (RankAnswer, answer, names_match, names_nothing, names_op,  # noqa: E402
                                       pair_paths, parse_advisor_files, run_ours)
 
 REF_VERSION = "8.3.3"
+FAMILIES = {"base": CASES, "hf": HF_CASES, "all": CASES + HF_CASES}
+HF_SECTION = "## Transformers models (--family hf)"
 
 
 def default_venv() -> Path:
@@ -90,6 +97,27 @@ def short(v):
     return "none" if v is None else v
 
 
+def write_section(path: Path, section: str, hf: bool) -> None:
+    """Replace the base section (the file's start up to the hf section) or the hf section (from its heading to
+    the end, or to the next ``## `` heading) of ``path`` with ``section``; the other one is kept."""
+    old = path.read_text() if path.is_file() else ""
+    at = old.find(HF_SECTION)
+    base_part, hf_part = (old[:at], old[at:]) if at >= 0 else (old, "")
+    rest = ""
+    if hf_part:
+        nxt = hf_part.find("\n## ", len(HF_SECTION))
+        if nxt >= 0:
+            hf_part, rest = hf_part[:nxt + 1], hf_part[nxt + 1:]
+    if hf:
+        hf_part = section
+    else:
+        base_part = section
+    text = base_part.rstrip("\n") + "\n\n" + hf_part.rstrip("\n") + "\n" if hf_part else base_part
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text + (("\n" + rest) if rest else ""))
+    os.replace(tmp, path)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", help="work folder (pairs and outputs); default: a new temp dir")
@@ -98,9 +126,11 @@ def main(argv=None) -> int:
     ap.add_argument("--no-reference", action="store_true", help="score msprobe only")
     ap.add_argument("--write", help="also write the table (markdown) to this file")
     ap.add_argument("-j", type=int, default=2, help="pairs compared at the same time")
+    ap.add_argument("--family", choices=sorted(FAMILIES), default="base",
+                    help="base: the models written here; hf: tiny transformers models; all: both")
     args = ap.parse_args(argv)
 
-    cases = [c for c in CASES if not args.only or c.name in args.only]
+    cases = [c for c in FAMILIES[args.family] if not args.only or c.name in args.only]
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="fault_score_"))
     pairs = work / "pairs"
     exe = None if args.no_reference else ensure_reference(Path(args.venv))
@@ -108,7 +138,7 @@ def main(argv=None) -> int:
     t0 = time.time()
     env = dict(os.environ, PYTHONPATH=str(REPO))
     subprocess.run([sys.executable, str(REPO / "tests" / "fault_injection" / "generate.py"), str(pairs),
-                    *(["--only", *args.only] if args.only else [])], check=True, env=env,
+                    "--family", args.family, *(["--only", *args.only] if args.only else [])], check=True, env=env,
                    stderr=subprocess.DEVNULL)
     print(f"generated {len(cases)} pairs in {time.time() - t0:.0f} s under {pairs}", flush=True)
 
@@ -117,7 +147,7 @@ def main(argv=None) -> int:
         t, g = pair_paths(pairs / case.name, multi)
         out = work / "out" / case.name
         shutil.rmtree(out, ignore_errors=True)
-        ours = run_ours(t, g, out / "ours", multi)
+        ours = run_ours(t, g, out / "ours", multi, extra=case.compare_args)
         ranks = list(case.expected) if case.expected else (["rank0", "rank1"] if multi else ["rank"])
         ans = {r: ours.ranks.get(r, RankAnswer()) for r in ranks}
 
@@ -170,6 +200,15 @@ def main(argv=None) -> int:
         + (f", reference {REF_VERSION} advisor {score('ref_ok', controls)}" if exe else ""),
         f"(compares took {elapsed:.0f} s with -j {args.j})",
     ]
+    models = sorted({r["case"].model for r in rows}, key=[c.model for c in FAMILIES["all"]].index)
+    if len(models) > 1:
+        summary += ["", "| model | faults: advisor | faults: -da | controls: advisor | controls: -da |",
+                    "|---|---|---|---|---|"]
+        for m in models:
+            fm = [r for r in faults if r["case"].model == m]
+            cm = [r for r in controls if r["case"].model == m]
+            summary.append(f"| {m} | {score('adv_ok', fm)} | {score('da_ok', fm)} | {score('adv_ok', cm)} | "
+                           f"{score('da_ok', cm)} |")
     text = "\n".join(lines + [""] + summary)
     print(text)
     bad_ref = [r for r in rows if "ref" in r and r["ref_rc"]]
@@ -179,10 +218,12 @@ def main(argv=None) -> int:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from machine import machine_line
 
-        cmd = "python benchmarks/fault_score.py" + (f" --only {' '.join(args.only)}" if args.only else "")
-        Path(args.write).write_text(
-            f"# Fault-injection score (issue 16)\n\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
-            f"{machine_line()}\n\nCommand: `{cmd}`\n\n" + text + "\n")
+        cmd = "python benchmarks/fault_score.py" + (f" --family {args.family}" if args.family != "base" else "") \
+            + (" --no-reference" if args.no_reference else "") + (f" --only {' '.join(args.only)}" if args.only else "")
+        head = "# Fault-injection score (issue 16)" if args.family != "hf" else HF_SECTION
+        section = (f"{head}\n\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+                   f"{machine_line()}\n\nCommand: `{cmd}`\n\n" + text + "\n")
+        write_section(Path(args.write), section, hf=args.family == "hf")
         print(f"written: {args.write}")
     return 0
 

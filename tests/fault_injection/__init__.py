@@ -6,6 +6,9 @@ msprobe's PyTorch PrecisionDebugger (target = faulty run, golden = clean run), p
   perturbed without changing the recorded op sequence;
 * :mod:`.models` - a 2-block transformer, a small CNN and a 2-rank MLP, each taking a fault table;
 * :mod:`.dist_worker` - the 2-rank gloo runs (torch.multiprocessing), with a faulty ``all_reduce``;
+* :mod:`.hf` - faults planted in tiny ``transformers`` models (tests/real_models: llama, gpt2, t5, mixtral,
+  bert, vit): changed attributes (eps, scaling, top_k), activations replaced by ``FaultOps``, user forward
+  hooks, parameter-gradient hooks (``HF_CASES``; ``generate.py --family hf``);
 * :mod:`.cases` - the cases and their expected culprits;
 * :mod:`.generate` - writes every dump pair (``python tests/fault_injection/generate.py OUT``);
 * :mod:`.evaluate` - runs ``msprobe compare -da`` on a pair and reads back what it named, and checks that

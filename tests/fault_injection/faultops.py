@@ -54,12 +54,37 @@ def gelu(x):
     return y
 
 
-def relu(x):
-    """ReLU; with ``active(out_scale=s)`` its output is multiplied by s."""
-    y = F.relu(x)
+class _ScaleGrad(torch.autograd.Function):
+    """Identity forward; the gradient passing back through it x scale (an aten op: not recorded)."""
+
+    @staticmethod
+    def forward(ctx, x, scale):
+        ctx.scale = scale
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return torch.ops.aten.mul.Scalar(g, ctx.scale), None
+
+
+def _perturbed(y):
+    """``y`` x out_scale (forward) and its gradient x grad_scale (backward), as the active settings say."""
+    if _ACTIVE["grad_scale"] is not None:
+        y = _ScaleGrad.apply(y, _ACTIVE["grad_scale"])
     if _ACTIVE["out_scale"] is not None:
         y = y * _ACTIVE["out_scale"]
     return y
+
+
+def relu(x):
+    """ReLU; with ``active(out_scale=s)`` its output is multiplied by s, with ``active(grad_scale=s)`` the
+    gradient it passes back by s."""
+    return _perturbed(F.relu(x))
+
+
+def silu(x):
+    """SiLU; ``active(out_scale=s, grad_scale=t)`` as :func:`relu`."""
+    return _perturbed(F.silu(x))
 
 
 def softmax(x, dim):
@@ -70,5 +95,5 @@ def softmax(x, dim):
     return F.softmax(x, dim=dim)
 
 
-CUSTOM_APIS = ("gelu", "relu", "softmax")
+CUSTOM_APIS = ("gelu", "relu", "softmax", "silu")
 PREFIX = "FaultOps"

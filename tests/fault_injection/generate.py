@@ -1,12 +1,13 @@
 """Write the dump pair of every fault-injection case (and control pair).
 
-    python tests/fault_injection/generate.py OUT [--only NAME ...]
+    python tests/fault_injection/generate.py OUT [--only NAME ...] [--family base|hf|all]
 
 For each case: ``OUT/<case>/target/step0/rank/`` (faulty run) and ``OUT/<case>/golden/step0/rank/`` (clean
 run); 2-rank cases write ``rank0`` and ``rank1``.  ``OUT/cases.json`` lists the cases with their expected
 culprits.  Same seed, weights and inputs on both sides; one training step (forward, backward and, for the
 2-rank MLP, the gradient all_reduce); one torch thread and deterministic algorithms, so a rerun writes the
-same numbers.
+same numbers.  ``--family``: ``base`` (default) the models written here (``CASES``), ``hf`` the tiny
+``transformers`` models (``HF_CASES``, see :mod:`.hf`), ``all`` both.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from fault_injection import faultops  # noqa: E402
-from fault_injection.cases import CASES, Case  # noqa: E402
+from fault_injection.cases import CASES, HF_CASES, Case  # noqa: E402
 from fault_injection.models import SmallCNN, TinyTransformer, add_param_grad_faults  # noqa: E402
 
 SEED = 1234
@@ -76,15 +77,24 @@ def dump_single(case: Case, side: str, root: Path) -> Path:
     side_dir.mkdir(parents=True, exist_ok=True)
     cfg = write_config(root / case.name / f"config_{side}.json", side_dir, case.task, case.level)
     PrecisionDebugger._reset_for_tests()
-    net, x, y = build(case.model, fault)
+    if case.family == "hf":
+        from fault_injection import hf
+
+        net, inputs, hf_loss = hf.build(case.model, fault)
+    else:
+        net, x, y = build(case.model, fault)
     dbg = PrecisionDebugger(config_path=str(cfg))
     for api in faultops.CUSTOM_APIS:
         dbg.register_custom_api(faultops, api, faultops.PREFIX)
     try:
         dbg.start(net)
         with precision_ctx(dtype):
-            out = net(x)
-        loss = F.mse_loss(out.float(), y)
+            if case.family == "hf":
+                loss = hf_loss(net(**inputs()))
+            else:
+                out = net(x)
+        if case.family != "hf":
+            loss = F.mse_loss(out.float(), y)
         loss.backward()
         dbg.stop()
     finally:
@@ -94,11 +104,14 @@ def dump_single(case: Case, side: str, root: Path) -> Path:
     return side_dir / "step0"
 
 
-def generate(out: Path, only=None) -> dict:
+FAMILIES = {"base": CASES, "hf": HF_CASES, "all": CASES + HF_CASES}
+
+
+def generate(out: Path, only=None, family: str = "base") -> dict:
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
-    chosen = [c for c in CASES if not only or c.name in only]
+    chosen = [c for c in FAMILIES[family] if not only or c.name in only]
     dist_cases = [c for c in chosen if c.model == "dist"]
     errors = []
     runner = None
@@ -138,8 +151,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", help="output folder (created)")
     ap.add_argument("--only", nargs="*", help="case names")
+    ap.add_argument("--family", choices=sorted(FAMILIES), default="base",
+                    help="base: the models written here; hf: tiny transformers models; all: both")
     args = ap.parse_args(argv)
-    generate(Path(args.out), args.only)
+    generate(Path(args.out), args.only, args.family)
     return 0
 
 
