@@ -91,3 +91,52 @@ def test_module_output_an_inner_op_produced_keeps_the_cancellation_rule(tmp_path
     assert rep.verdict[rep.names.index("Tensor.__mul__.0.forward.output.0")] == vd.FAIL
     assert rep.verdict[rep.names.index("Module.attn.Attention.forward.0.output.0")] == vd.NOISE
     assert_consistent(rep)
+
+
+def test_pair_of_two_different_calls_is_yellow_not_where_an_error_enters(tmp_path):
+    # T5 under bf16 autocast casts to wo.weight's dtype once more per FF layer (Tensor.to.1 below, target only):
+    # every later Tensor.to.N of the target is another call than the golden's Tensor.to.N.  Target Tensor.to.2
+    # reads Tensor.__add__.1's output, the golden's Tensor.to.2 reads Tensor.__add__.2's: each side's value comes
+    # from a compared op, not the same one
+    x1, x2, x3 = tensor(1.0, -1.0, 0.0, 8.0), tensor(2.0, -2.0, 0.1, 16.0), tensor(3.0, -3.0, 0.2, 24.0)
+    h = tensor(0.5, -0.5, 0.0, 4.0, shape=(4, 16))
+    g1, g2 = tensor(0.01, -0.01, 0.0, 0.08), tensor(0.05, -0.04, 0.001, 0.3)
+
+    def call(inp, out):
+        return {"input_args": [inp], "output": [out]}
+
+    target = {"Tensor.__add__.0.forward": call(x1, x1), "Tensor.to.0.forward": call(x1, x1),
+              "Tensor.to.1.forward": call(h, h), "Tensor.__add__.1.forward": call(x2, x2),
+              "Tensor.to.2.forward": call(x2, x2), "Tensor.__add__.2.forward": call(x3, x3),
+              "Tensor.to.3.forward": call(x3, x3),
+              "Tensor.to.2.backward": {"input": [g1], "output": [g1]}}
+    golden = {"Tensor.__add__.0.forward": call(x1, x1), "Tensor.to.0.forward": call(x1, x1),
+              "Tensor.__add__.1.forward": call(x2, x2), "Tensor.to.1.forward": call(x2, x2),
+              "Tensor.__add__.2.forward": call(x3, x3), "Tensor.to.2.forward": call(x3, x3),
+              "Tensor.to.2.backward": {"input": [g2], "output": [g2]}}
+    rep = run(tmp_path, target, golden)
+    fwd = rep.names.index("Tensor.to.2.forward.input.0")
+    bwd = rep.names.index("Tensor.to.2.backward.input.0")
+    assert rep.verdict[fwd] == vd.WARN and rep.verdict[bwd] == vd.WARN
+    assert "the two sides are different calls: the target's value comes from Tensor.__add__.1.forward.output.0, " \
+           "the golden's from Tensor.__add__.2.forward.output.0" in rep.why[fwd]
+    assert "its forward call's input Tensor.to.2.forward.input.0" in rep.why[bwd]
+    assert rep.first_red is None and rep.red == 0
+    assert_consistent(rep)
+
+
+def test_input_made_by_a_target_only_op_still_enters(tmp_path):
+    # the same shape of dump, but the target's value comes from an op the golden does not run (unmatched):
+    # that is where a difference enters (red), not a pair of two different calls
+    x1, x2 = tensor(1.0, -1.0, 0.0, 8.0), tensor(1.5, -1.5, 0.0, 12.0)
+
+    def call(inp, out):
+        return {"input_args": [inp], "output": [out]}
+
+    rep = run(tmp_path,
+              {"Tensor.__add__.0.forward": call(x1, x1), "Tensor.mul.0.forward": call(x1, x2),
+               "Tensor.masked_fill.0.forward": call(x2, x2)},
+              {"Tensor.__add__.0.forward": call(x1, x1), "Tensor.masked_fill.0.forward": call(x1, x1)})
+    row = rep.names.index("Tensor.masked_fill.0.forward.input.0")
+    assert rep.verdict[row] == vd.FAIL, rep.why[row]
+    assert_consistent(rep)

@@ -74,6 +74,9 @@ UNMATCHED_WINDOW = 3
 # CANCEL_RATIO times smaller than its largest input: a sum with cancellation (a bias gradient of 3e-6 from
 # output gradients of 2e-3) keeps the inputs' absolute rounding.  A softmax (inputs 1.7, outputs <= 1) is not.
 CANCEL_RATIO = 4.0
+# At most this many inputs (the earliest first) are checked for sides made by two different compared ops (a
+# pair joining two different calls) before the earliest remaining one is taken as where a difference enters.
+CROSS_CHECKS = 64
 
 # unit roundoff per dtype name (the text after the last '.', lower case; MindSpore names included)
 _UNIT = {
@@ -625,6 +628,10 @@ def judge(f: Facts) -> Judgement:
     is_bwd = np.array([bool(k) for k in fwd_keys], dtype=bool)[inv]
     is_mod_fwd = np.array([bool(m) and not fk and not p for m, fk, p in zip(mod_keys, fwd_keys, pg_keys)],
                           dtype=bool)[inv]
+    fwd_call = np.full(n_api, -1, dtype=np.int64)  # per backward call: its forward call (-1: none)
+    for k, fk in enumerate(fwd_keys):
+        if fk and pos.get(fk) is not None:
+            fwd_call[k] = pos[fk]
     del fwd_keys, mod_keys, pg_keys, pos, mod_err, mod_gmag, mod_gnum, sub_err, sub_fwd, e_ctx, e_in_own, e_all
     # an output much smaller than what its op consumed (a reduction with cancellation, x - y with x ~ y)
     # carries the absolute rounding of the inputs: judge its difference against the inputs' magnitude
@@ -726,6 +733,9 @@ def judge(f: Facts) -> Judgement:
     prev_unm = np.concatenate([[-1], np.maximum.accumulate(unm_idx)[:-1]]) if n_api else unm_idx
     near_unm = (prev_unm >= 0) & (np.arange(n_api) - prev_unm <= UNMATCHED_WINDOW)
     entering = np.zeros(n, dtype=bool)
+    # inputs whose two sides different compared ops produced -> (the forward input row that shows it, the
+    # target's producer row, the golden's producer row): a pair of two different calls, yellow (see below)
+    paired_apart = {}
     maybe_in = ins & ~within_own & ~nonfin_t_only
     if maybe_in.any():
         linked = _linked_inputs(f.t_stats, f.g_stats, is_out & tens, maybe_in)
@@ -742,6 +752,38 @@ def judge(f: Facts) -> Judgement:
         cand_mask = maybe_in & ~linked & ((is_bwd & ~within_acc & ~bwd_explained) | fwd_enter)
         cand = np.flatnonzero(cand_mask)
         if len(cand):
+            # in execution order, drop the candidates whose two sides two different compared ops produced:
+            # the pair joins two different calls (an op that runs on one side only, such as a cast done only
+            # under autocast, shifted the call numbers of that API), no error enters there
+            # (a backward call's sides: when an input of its forward call is so)
+            prod = np.flatnonzero(is_out & tens & matched)
+            crossed = {}
+
+            def crossed_call(call: int):
+                if call not in crossed:
+                    crossed[call] = None
+                    for r in np.flatnonzero((inv == call) & tens & is_in).tolist():
+                        ab = _cross_linked(f.t_stats, f.g_stats, prod, exec_pos, inv, r)
+                        if ab is not None:
+                            crossed[call] = (r,) + ab
+                            break
+                return crossed[call]
+
+            for k, c in enumerate(cand[np.argsort(exec_pos[cand], kind="stable")].tolist()):
+                if k >= CROSS_CHECKS:
+                    break
+                if is_bwd[c]:
+                    fc = int(fwd_call[inv[c]])
+                    ab = crossed_call(fc) if fc >= 0 else None
+                else:
+                    ab = _cross_linked(f.t_stats, f.g_stats, prod, exec_pos, inv, c)
+                    ab = None if ab is None else (c,) + ab
+                if ab is None:
+                    break
+                cand_mask[c] = False
+                paired_apart[c] = ab
+            cand = np.flatnonzero(cand_mask)
+        if len(cand):
             fails = exec_pos[v == FAIL]
             first = int(cand[np.argmin(exec_pos[cand])])
             if not len(fails) or fails.min() > exec_pos[first]:
@@ -751,6 +793,9 @@ def judge(f: Facts) -> Judgement:
     fails = exec_pos[v == FAIL]
     tainted = exec_pos > (fails.min() if len(fails) else n)
     v = np.where(inherited & tainted & (v < WARN), WARN, np.where(inherited & ~tainted & (v < WARN), NOISE, v))
+    apart = np.zeros(n, dtype=bool)
+    apart[list(paired_apart)] = True
+    v = np.where(apart & (v < WARN), WARN, v)
     # equal (md5 equal, or every statistic identical)
     v = np.where(tens & identical & ~nonfin_t_only & (v < WARN), PASS, v)
     # requires_grad differs (frozen on one side only): yellow at least, as the reference colours it
@@ -775,6 +820,13 @@ def judge(f: Facts) -> Judgement:
             return f"argument {label} differs{extra}: {_fmt_value(a)} vs {_fmt_value(b)}"
         if rg_warn[i] and vi == WARN:
             return "requires_grad differs between target and golden"
+        if i in paired_apart and vi == WARN:
+            r, a, b = paired_apart[i]
+            e_txt, _lab = _err_text(i, unit, score, stat, use_in, f.t_dtype, f.g_dtype)
+            which = "" if r == i else f" (its forward call's input {names[r]})"
+            return (f"{e_txt}, but the two sides are different calls: the target's value{which} comes from "
+                    f"{names[a]}, the golden's from {names[b]} (an op that runs on one side only shifted this "
+                    f"API's call numbers; -fm pairs the k-th call of each shape instead)")
         e_txt, lab = _err_text(i, unit, score, stat, use_in, f.t_dtype, f.g_dtype)
         c = float(ctx[i]) if not np.isnan(ctx[i]) else None
         if nonfin_t_only[i]:
@@ -821,6 +873,31 @@ def judge(f: Facts) -> Judgement:
     entered_from = {int(i): (str(uniq[prev_unm[inv[i]]]) if near_unm[inv[i]] else "")
                     for i in np.flatnonzero(entering).tolist()}
     return Judgement(v, why, score, stat, unit, is_arg, use_in, exec_pos, entered_from)
+
+
+def _same_stats(stats: np.ndarray, col: np.ndarray) -> np.ndarray:
+    """Columns of ``stats`` (k, m) equal to ``col`` (k,), NaN equal to NaN."""
+    c = col[:, None]
+    return np.all((stats == c) | (np.isnan(stats) & np.isnan(c)), axis=0)
+
+
+def _cross_linked(t: np.ndarray, g: np.ndarray, producers: np.ndarray, exec_pos: np.ndarray, call: np.ndarray,
+                  i: int):
+    """(a, b) when row ``i``'s target statistics are those of producer row a, which ran before it, and its golden
+    statistics those of another producer row b (of another call than ``i``'s: ``call`` per row): each side's
+    value comes from a compared op, but not from the same one; else None."""
+    ti, gi = t[:, i], g[:, i]
+    if np.isnan(ti).all() or np.isnan(gi).all():
+        return None  # (md5 dumps: no statistics to recognise a value by)
+    earlier = producers[exec_pos[producers] < exec_pos[i]]
+    by_t = earlier[_same_stats(t[:, earlier], ti)]
+    if not len(by_t):
+        return None
+    others = producers[call[producers] != call[i]]  # (an identity op's own output holds its input's values)
+    by_g = others[_same_stats(g[:, others], gi)]
+    if not len(by_g) or np.isin(by_t, by_g).any():
+        return None
+    return int(by_t[-1]), int(by_g[0])
 
 
 def _linked_inputs(t: np.ndarray, g: np.ndarray, producer: np.ndarray, rows: np.ndarray) -> np.ndarray:
