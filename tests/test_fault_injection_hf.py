@@ -5,8 +5,8 @@ faults planted by tests/fault_injection/hf.py), a fast subset of ``HF_CASES`` (t
 The subset covers one case per kind of fault met on those models: a user's forward hook that changes a
 module's output (msprobe records the module before the hook runs, as the reference does), a perturbed
 backward kernel in bf16, an md5 dump at L1, a changed argument (Mixtral's router top-k), tensor mode, a
-hook in a vision model, plus control pairs (bf16 autocast vs fp32; T5 with -fm, whose bf16 run calls
-``Tensor.to`` once more per FF layer).  The pairs are generated once per session (one subprocess, about 5 s).
+hook in a vision model, plus control pairs (bf16 autocast vs fp32; T5, whose bf16 run calls ``Tensor.to`` once
+more per FF layer, so that exact matching pairs different calls of it, with and without -fm).  The pairs are generated once per session (one subprocess, about 5 s).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")
 
 SUBSET = ("hf_llama_oproj_hook_stat", "hf_llama_silu_out_tensor", "hf_gpt2_gelu_grad_bf16_stat",
           "hf_t5_relu_out_md5", "hf_mixtral_topk_stat", "hf_vit_patch_hook_bf16_stat",
-          "hf_ctl_llama_bf16_stat", "hf_ctl_t5_bf16_stat_fm")
+          "hf_ctl_llama_bf16_stat", "hf_ctl_t5_bf16_stat", "hf_ctl_t5_bf16_stat_fm")
 CASES = [c for c in HF_CASES if c.name in SUBSET]
 
 

@@ -222,6 +222,10 @@ HF_CASES: List[Case] = [
     Case("hf_llama_oproj_hook_stat", "llama", {"out_hook": {"model.layers.0.self_attn.o_proj": 1.05}},
          "statistics", "mix", "a user forward hook scales layer 0 o_proj's output x1.05",
          _one("Module.model.layers.0.self_attn.LlamaAttention.forward.0", "Tensor.__add__.7.forward")),
+    # (the sdpa attention: one Functional.scaled_dot_product_attention per layer, the scaling its ``scale=``)
+    Case("hf_llama_sdpa_scale_stat", "llama", {"attn_impl": "sdpa", **_scaling("model.layers.1.self_attn")},
+         "statistics", "mix", "sdpa attention: layer 1 scale x1.5",
+         _one("Functional.scaled_dot_product_attention.1.forward"), golden_fault={"attn_impl": "sdpa"}),
     # ---- gpt2 (Conv1D, LayerNorm, gelu_new)
     Case("hf_gpt2_ln_eps_stat", "gpt2", _eps("transformer.h.0.ln_2", attr="eps"), "statistics", "mix",
          "block 0 ln_2 LayerNorm eps=0.1 instead of 1e-5",
@@ -303,6 +307,9 @@ HF_CASES: List[Case] = [
          {"param_grad": {"bert.encoder.layer.0.attention.self.query.weight": 1.5}}, "statistics", "mix",
          "layer 0 query.weight gradient x1.5; bf16 target vs fp32 golden",
          _one("Module.bert.encoder.layer.0.attention.self.query.Linear.parameters_grad"), target_dtype="bf16"),
+    Case("hf_bert_attn_dropout_md5", "bert", {"attr": {"bert.encoder.layer.1.attention.self.dropout": {"p": 0.3}}},
+         "md5", "L1", "layer 1 attention-probability dropout p=0.3 instead of 0.1",
+         _one("Functional.dropout.4.forward")),
     # ---- vit (vision: conv patch embedding, pre-norm)
     Case("hf_vit_ln_eps_stat", "vit", _eps("vit.layers.1.layernorm_before", attr="eps"), "statistics", "L1",
          "layer 1 layernorm_before eps=0.1 instead of 1e-12", _one("Functional.layer_norm.2.forward")),
@@ -318,6 +325,8 @@ HF_CASES: List[Case] = [
          target_dtype="bf16"),
     Case("hf_ctl_llama_bf16_tensor", "llama", {}, "tensor", "L1", "no fault; bf16 autocast vs fp32", None,
          target_dtype="bf16"),
+    Case("hf_ctl_llama_sdpa_bf16_stat", "llama", {"attn_impl": "sdpa"}, "statistics", "mix",
+         "no fault; sdpa attention; bf16 autocast vs fp32", None, target_dtype="bf16", golden_fault={"attn_impl": "sdpa"}),
     Case("hf_ctl_gpt2_bf16_stat", "gpt2", {}, "statistics", "mix", "no fault; bf16 autocast vs fp32", None,
          target_dtype="bf16"),
     Case("hf_ctl_gpt2_bf16_tensor", "gpt2", {}, "tensor", "mix", "no fault; bf16 autocast vs fp32", None,

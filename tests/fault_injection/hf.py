@@ -16,6 +16,8 @@ The model is built by :func:`real_models.build` (same seed and batch on both sid
                  (its first element for a tuple) by s with an aten op (not recorded): the user's hook changes what
                  the rest of the model consumes
   ``param_grad`` {parameter name: s}  that parameter's gradient x s (:func:`models.add_param_grad_faults`)
+  ``attn_impl``  "eager" (default) or "sdpa": the attention implementation the model is built with (not a
+                 fault: the golden run of such a case names it too)
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ def build(arch: str, fault: dict):
     """(model, inputs(), loss(out)) of ``arch`` with ``fault`` planted."""
     from real_models import build as build_case
 
-    case = build_case(arch)
+    case = build_case(arch, attn=fault.get("attn_impl", "eager"))
     apply_fault(case.model, fault)
     return case.model, case.inputs, case.loss
 
