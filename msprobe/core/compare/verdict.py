@@ -568,8 +568,12 @@ def judge(f: Facts) -> Judgement:
     nf_in[inv[nonfin_t_only & is_in]] = True
     # the inputs' magnitude (for outputs much smaller than their inputs, below) leaves out sentinel inputs:
     # a module fed an additive attention mask (torch.finfo.min where masked) does not consume values of 3e38
+    top = dtype_max(f.t_dtype)
+    np.fmin(top, dtype_max(f.g_dtype), out=top)
+    top *= SENTINEL_FRACTION
     with np.errstate(invalid="ignore"):
-        sentinel = mag >= SENTINEL_FRACTION * np.fmin(dtype_max(f.t_dtype), dtype_max(f.g_dtype))
+        sentinel = mag >= top
+    del top
     mag_in = np.full(n_api, np.nan)
     np.fmax.at(mag_in, inv[tin & ~sentinel], mag[tin & ~sentinel])
     del sentinel
