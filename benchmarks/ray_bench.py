@@ -1,6 +1,7 @@
 """Benchmark of ``--ray`` against ``-j``: a multi-rank statistics compare, and a scaling model (docs/scale.md).
 
-    .venv/bin/python benchmarks/ray_bench.py [--ranks 64] [--rows 20000] [--repeat 3] [--dir DIR] [--model-only]
+    .venv/bin/python benchmarks/ray_bench.py [--ranks 64] [--rows 20000] [--repeat 3] [--runs j1,j2,ray2,raylocal]
+                                             [--case stat|tensor] [--dir DIR] [--model-only]
 
 One generated statistics pair (benchmarks/gen_inputs.py, ``--rows`` tensor rows per side) is hard-linked into
 ``--ranks`` rank dirs per side (every rank parses its own dump.json; the page cache holds the one file, so the
@@ -140,6 +141,9 @@ def main(argv=None) -> int:
     ap.add_argument("--tensor-mb", type=int, default=30)
     ap.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "msprobe_ray_bench"))
     ap.add_argument("--repeat", type=int, default=3, help="rounds of the -j 1 / -j 2 / --ray cluster runs")
+    ap.add_argument("--runs", default="j1,j2,ray2,raylocal",
+                    help="which timed runs, comma-separated: j1 (-j 1), j2 (-j 2), ray2 (--ray on the 2-node "
+                         "cluster), raylocal (--ray, local instance started by the command)")
     ap.add_argument("--model-only", action="store_true",
                     help="skip the timed commands: per-task overhead, per-rank costs and the projection only")
     a = ap.parse_args(argv)
@@ -157,6 +161,13 @@ def main(argv=None) -> int:
     shutil.rmtree(outs, ignore_errors=True)
     times: dict = {}
     t0 = time.perf_counter()
+    runs = [r.strip() for r in a.runs.split(",") if r.strip()]
+    unknown = sorted(set(runs) - {"j1", "j2", "ray2", "raylocal"})
+    if unknown or not runs or "j1" not in runs and "j2" not in runs:
+        ap.error(f"--runs {a.runs}: name j1, j2, ray2, raylocal (j1 or j2 among them: the baseline)")
+    # the cluster's workers at the niceness of -j's processes (Ray's default, 15, puts them behind any other
+    # process on a shared machine; a local instance msprobe starts does the same, msprobe.core.executor_ray)
+    os.environ["RAY_worker_niceness"] = "0"
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     cluster.add_node(num_cpus=1)
     cluster.wait_for_nodes()
@@ -168,17 +179,20 @@ def main(argv=None) -> int:
         for rnd in range(0 if a.model_only else a.repeat):
             for label, out, extra in (("-j 1", "j1", ["-j", "1"]), ("-j 2", "j2", ["-j", "2"]),
                                       (ray2, "ray2", ["--ray", cluster.address])):
+                if out not in runs:
+                    continue
                 shutil.rmtree(outs / out, ignore_errors=True)
                 times.setdefault(label, []).append(run_compare(steps, outs / out, extra))
                 print(f"round {rnd + 1}: {label}: {times[label][-1]:.2f} s", flush=True)
         one, many = task_overhead(cluster.address)
     finally:
         cluster.shutdown()
-    if not a.model_only:
+    if not a.model_only and "raylocal" in runs:
         label = "--ray (local instance, start-up included)"
         times[label] = [run_compare(steps, outs / "raylocal", ["--ray"])]
         print(f"{label}: {times[label][0]:.2f} s", flush=True)
-    same = a.model_only or all(same_reports(outs / "j1", outs / d) for d in ("j2", "ray2", "raylocal"))
+    base_dir = outs / ("j1" if "j1" in runs else "j2")
+    same = a.model_only or all(same_reports(base_dir, outs / d) for d in runs if outs / d != base_dir)
     rank_s, write_s, rows, nbytes, report_bytes = driver_write_seconds(steps)
     if a.model_only:
         model(rank_s, write_s, nbytes, report_bytes, many)
@@ -186,17 +200,18 @@ def main(argv=None) -> int:
 
     print()
     print(f"{a.ranks} ranks x {rows:,} rows ({a.case} dump {nbytes / 1e6:.1f} MB per rank and side), csv reports, "
-          f"advisor off (-c); reports identical to -j 1: {'yes' if same else 'NO'}")
+          f"advisor off (-c); reports identical to {'-j 1' if 'j1' in runs else '-j 2'}'s: {'yes' if same else 'NO'}")
     print()
     print(f"| run | wall s, median of {a.repeat} (each run) | ranks/s | vs -j 2 |")
     print("|---|---|---|---|")
     import statistics
 
-    base = statistics.median(times["-j 2"])
+    base = statistics.median(times["-j 2" if "-j 2" in times else "-j 1"])
     for label, ts in times.items():
         t = statistics.median(ts)
         each = ", ".join(f"{x:.1f}" for x in ts)
         print(f"| {label} | {t:.2f} ({each}) | {a.ranks / t:.2f} | {t / base:.2f}x |")
+    print(f"(the last column is against {'-j 2' if '-j 2' in times else '-j 1'})")
     print()
     print(f"Ray per-task overhead (no-op task): {one * 1000:.1f} ms one at a time, {many * 1000:.2f} ms per task "
           f"with 2 in flight")

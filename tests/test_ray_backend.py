@@ -498,18 +498,12 @@ def test_merge_result_bad_rank_is_recorded_and_the_others_merged(tmp_path, capsy
     shutil.copytree(case / "reference_out" / "v833_compare_stepdir", reports)
     bad = sorted(p for p in reports.iterdir() if "rank1" in p.name and p.suffix == ".xlsx")
     assert bad
+    from reliability_helpers import cut_xlsx_rows
+
     for p in bad:
         # the header row intact (the driver reads it to plan), the rows after it cut off mid-element: the
         # damage is met by the rank's task
-        with zipfile.ZipFile(p) as z:
-            entries = {n: z.read(n) for n in z.namelist()}
-        sheet = next(n for n in entries if n.startswith("xl/worksheets/"))
-        xml = entries[sheet]
-        cut = xml.index(b"</row>") + len(b"</row>")
-        entries[sheet] = xml[:cut] + b'<row r="2"><c r="A2" t="inlineStr"><is><t>Functional.'
-        with zipfile.ZipFile(p, "w") as z:
-            for n, data in entries.items():
-                z.writestr(n, data)
+        cut_xlsx_rows(p)
     config = case / "reference_out" / "_inputs" / "merge_config.yaml"
     rc, out, err = cli_here(["merge_result", "-i", reports, "-config", config, "-q", "-o", tmp_path / "ray", "--ray"],
                             capsys)
@@ -533,3 +527,30 @@ def test_graph_bad_rank_is_recorded_and_the_others_built(tmp_path, capsys, ray_c
     vis = [p for p in os.listdir(tmp_path / "ray") if p.endswith(".vis")]
     assert len(vis) == 1 and "rank0" in vis[0]
     assert not [p for p in os.listdir(tmp_path / "ray") if p.startswith(".")]
+
+
+def test_local_instance_workers_run_at_our_priority(monkeypatch):
+    """A local instance (--ray without ADDRESS) starts its workers at the driver's niceness, as -j's processes
+    (Ray's default is 15, behind every other process of a shared machine: 1.25x -j 2's time on a busy 2-core
+    machine); the variable is set for the start only. An address (an existing cluster) keeps its settings."""
+    from msprobe.core import executor_ray
+
+    seen = []
+
+    class FakeRay:
+        def is_initialized(self):
+            return False
+
+        def init(self, **kw):
+            seen.append((kw.get("address"), os.environ.get("RAY_worker_niceness")))
+
+    monkeypatch.setattr(executor_ray, "import_ray", lambda: FakeRay())
+    monkeypatch.setitem(executor_ray._state, "started", True)       # no atexit shutdown for the fake
+    monkeypatch.delenv("RAY_worker_niceness", raising=False)
+    executor_ray.connect(None)
+    executor_ray.connect("auto")
+    assert seen == [(None, "0"), ("auto", None)]
+    assert "RAY_worker_niceness" not in os.environ
+    monkeypatch.setenv("RAY_worker_niceness", "5")                  # the user's own choice is kept
+    executor_ray.connect(None)
+    assert seen[-1] == (None, "5") and os.environ["RAY_worker_niceness"] == "5"

@@ -31,6 +31,7 @@ log = logging.getLogger("msprobe")
 INSTALL_HINT = "pip install 'msprobe[ray]'  (or: pip install 'ray[client]')"
 MAX_RETRIES = 3          # a worker that dies is replaced and its task run again, this many times
 KILL_ONCE_ENV = "MSPROBE_FAULT_KILL_ONCE"
+NICENESS_ENV = "RAY_worker_niceness"   # read by the raylet a local instance starts
 LATE_SECONDS = 10.0      # how long a stopped run waits for each cancelled task's end
 WORKER_NAME = "msprobe-ray-task"
 
@@ -61,7 +62,15 @@ def connect(address: Optional[str]):
         if address:
             ray.init(address=address, **kwargs)
         else:
-            ray.init(num_cpus=cpu_count(), **kwargs)
+            # a local instance works for this command alone: its workers run at our own priority, as -j's
+            # processes do (Ray starts them at niceness 15, behind everything else on a shared machine)
+            nice = os.environ.get(NICENESS_ENV)
+            os.environ.setdefault(NICENESS_ENV, "0")
+            try:
+                ray.init(num_cpus=cpu_count(), **kwargs)
+            finally:
+                if nice is None:
+                    os.environ.pop(NICENESS_ENV, None)
     except ImportError as exc:         # ray:// needs Ray Client's grpcio (the [client] extra of ray)
         raise MsprobeError(f"--ray {address}: Ray Client is not installed ({exc}); install it with "
                            f"{INSTALL_HINT}") from None

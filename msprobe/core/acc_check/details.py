@@ -87,8 +87,15 @@ def legacy_metrics_np(d, b, judged: str) -> Dict[str, Optional[float]]:
                 dn, bn = d64 / dm, b64 / bm
                 cos = float((dn * bn).sum() / (np.linalg.norm(dn) * np.linalg.norm(bn)))
                 out["余弦相似度"] = max(-1.0, min(1.0, cos))
-    ratio = lambda t: float((rel < t).sum()) / n if n else 1.0  # noqa: E731
-    if judged in LOW_NAMES:
+    return ratio_indicators(out, lambda t: int((rel < t).sum()), n, judged in LOW_NAMES)
+
+
+def ratio_indicators(out: Dict[str, Optional[float]], below: Callable[[float], int], n: int,
+                     low: bool) -> Dict[str, Optional[float]]:
+    """Add the reference's share-of-elements indicators to ``out``: 双百/双千 for a low-precision dtype,
+    双千/双万 otherwise (``below(t)``: how many relative errors are under t; an empty output counts as 1)."""
+    ratio = lambda t: float(below(t)) / n if n else 1.0  # noqa: E731
+    if low:
         out["双百指标"] = ratio(0.01)
         out["双千指标"] = ratio(0.001)
     else:

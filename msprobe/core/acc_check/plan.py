@@ -12,7 +12,7 @@ import difflib
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from msprobe.core.errors import MsprobeError
 from msprobe.core.fileio import check_path, load_dump_json, load_json
@@ -367,3 +367,33 @@ def _framework_name(fw: Any, path: str) -> str:
         raise MsprobeError(f"dump.json {path} is a MindTorch dump: the pre-check of MindTorch dumps is not supported "
                            f"by this msprobe; dump with PyTorch or MindSpore")
     raise MsprobeError(f"Unsupported framework in api_info: {fw!r} ({path}); expected pytorch or mindspore")
+
+
+def skip_result(message: str) -> Dict:
+    """A checker's result for an API it does not run: SKIP both ways, with the reason as the message."""
+    return {"forward": "SKIP", "backward": "SKIP", "message": message, "details": []}
+
+
+def rebuild_case(task: Dict, build: Callable[[Dict, str], Any]) -> Tuple[Any, bool, str, Optional[str]]:
+    """The case of one task (an :class:`ApiItem` as the checker gets it), rebuilt by the framework's
+    ``build(records, propagation)`` ("both" or "forward"). When the backward record is what cannot be rebuilt
+    (e.g. its gradient tensor is missing) the forward is kept and the backward noted as not run.
+
+    Returns ``(case, with_backward, backward_note, skip_message)``; ``skip_message`` set means the API
+    cannot be run at all (``case`` is then None)."""
+    name = task["name"]
+    with_bwd = task.get("backward") is not None and not task.get("backward_skip")
+    records = {f"{name}.forward": task["forward"]}
+    if with_bwd:
+        records[f"{name}.backward"] = task["backward"]
+    note = task.get("backward_skip") or ""
+    try:
+        return build(records, "both" if with_bwd else "forward"), with_bwd, note, None
+    except MsprobeError as exc:
+        if not with_bwd:
+            return None, False, note, f"{exc}. SKIP."
+        try:
+            case = build({f"{name}.forward": task["forward"]}, "forward")
+        except MsprobeError:
+            return None, False, note, f"{exc}. SKIP."
+        return case, False, f"backward not run: {exc}", None

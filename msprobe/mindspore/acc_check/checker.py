@@ -14,8 +14,8 @@ import os
 from typing import Any, Dict, List, Optional
 
 from msprobe.core.acc_check.details import detail_row, legacy_metrics_np
+from msprobe.core.acc_check.plan import rebuild_case, skip_result
 from msprobe.core.acc_check.results import worst_status
-from msprobe.core.errors import MsprobeError
 from msprobe.core.op_generate.generator import runtime_values
 from msprobe.mindspore.op_generate.generator import case_from_records, standard_of
 
@@ -43,10 +43,6 @@ def make_checker(init: Dict[str, Any], k: int):
                    init["dump_json"], bench).check
 
 
-def _skip(message: str) -> Dict:
-    return {"forward": "SKIP", "backward": "SKIP", "message": message, "details": []}
-
-
 class Checker:
     def __init__(self, rt, device: str, real_data: bool, error_dir: Optional[str], seed: int, dump_json: str,
                  torch_bench=None):
@@ -57,27 +53,16 @@ class Checker:
     def check(self, task: Dict) -> Dict:
         rt = self.rt
         name = task["name"]
-        with_bwd = task.get("backward") is not None and not task.get("backward_skip")
-        entries = {f"{name}.forward": task["forward"]}
-        if with_bwd:
-            entries[f"{name}.backward"] = task["backward"]
         mode = "real_data" if self.real else "random_data"
-        bwd_note = task.get("backward_skip") or ""
-        try:
-            case = case_from_records(self.dump_json, entries, "both" if with_bwd else "forward", mode, self.seed)
-        except MsprobeError as exc:
-            if not with_bwd:
-                return _skip(f"{exc}. SKIP.")
-            try:
-                case = case_from_records(self.dump_json, {f"{name}.forward": task["forward"]}, "forward", mode,
-                                         self.seed)
-            except MsprobeError:
-                return _skip(f"{exc}. SKIP.")
-            with_bwd, bwd_note = False, f"backward not run: {exc}"
+        case, with_bwd, bwd_note, skip = rebuild_case(
+            task, lambda entries, propagation: case_from_records(self.dump_json, entries, propagation, mode,
+                                                                 self.seed))
+        if skip:
+            return skip_result(skip)
         try:
             fn = rt.resolve_api(case.kind, case.func)
         except SystemExit as exc:
-            return _skip(f"API {name}: {str(exc.code).replace('error: ', '', 1)}. SKIP.")
+            return skip_result(f"API {name}: {str(exc.code).replace('error: ', '', 1)}. SKIP.")
         tfn = None
         if self.torch_bench is not None:
             from msprobe.mindspore.acc_check.torch_bench import NoTorchApi
@@ -85,7 +70,7 @@ class Checker:
             try:
                 tfn = self.torch_bench.resolve(case.kind, case.func)
             except NoTorchApi as exc:
-                return _skip(f"API {name}: {exc}; no PyTorch benchmark. SKIP.")
+                return skip_result(f"API {name}: {exc}; no PyTorch benchmark. SKIP.")
         ns = vars(rt)
         std = standard_of(case.func)
         spec = dict(FULL_NAME=name, API=(case.kind, case.func), PROPAGATION="forward", STANDARD=std, DATA_MODE=mode,
@@ -98,7 +83,7 @@ class Checker:
                                 + [rt.T(d.name, []) for d in everything if isinstance(d, rt.DType)], self.device)
         fwd_runs, failure = self._run(spec, fn, bdtype, tfn)
         if failure:
-            return _skip(f"Run {name} UT Error: {failure}")
+            return skip_result(f"Run {name} UT Error: {failure}")
         details = self._compare(f"{name}.forward", std, fwd_runs)
         forward = worst_status([d["Status"] for d in details])
         backward = " "

@@ -12,8 +12,9 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from msprobe.core.acc_check.details import COLUMNS, detail_row as core_detail_row  # noqa: F401 - COLUMNS re-exported
-from msprobe.core.errors import MsprobeError
+from msprobe.core.acc_check.details import (  # noqa: F401 - COLUMNS re-exported
+    COLUMNS, detail_row as core_detail_row, ratio_indicators)
+from msprobe.core.acc_check.plan import rebuild_case, skip_result
 from msprobe.pytorch.op_generate import runtime as rt
 from msprobe.pytorch.op_generate.generator import case_from_records, runtime_values, standard_of
 
@@ -35,8 +36,9 @@ def pick_device(ids: List[int], k: int) -> str:
     return "cpu"
 
 
-def make_checker(init: Dict[str, Any], k: int):
-    """The worker's check(task) function (see msprobe.core.acc_check.runner for the task and result)."""
+def worker_device(init: Dict[str, Any], k: int) -> str:
+    """Set up worker ``k``'s device (one CPU thread, the NPU/CUDA device of ``init["devices"]``, the NPU
+    compile mode) and return its name; shared by the run_ut and run_overflow_check workers."""
     # one CPU thread per process: the APIs of a dump are mostly small, where intra-op threads only spin
     # (2,016-API dump on a busy 2-core machine: 13 s with 1 thread, 83 s with 2); -j gives the parallelism
     torch.set_num_threads(1)
@@ -49,6 +51,12 @@ def make_checker(init: Dict[str, Any], k: int):
             pass
     elif device.startswith("cuda"):
         torch.cuda.set_device(device)
+    return device
+
+
+def make_checker(init: Dict[str, Any], k: int):
+    """The worker's check(task) function (see msprobe.core.acc_check.runner for the task and result)."""
+    device = worker_device(init, k)
     checker = Checker(device, bool(init["real_data"]), init.get("error_dir"), int(init.get("seed", 1234)),
                       init["dump_json"])
     return checker.check
@@ -63,39 +71,24 @@ def case_spec(name: str, case, propagation: str, mode: str, seed: int) -> Dict:
                 GRADS=runtime_values(case.grads, ns), RECORDED_OUTPUTS=runtime_values(case.outputs, ns))
 
 
-def _skip(message: str) -> Dict:
-    return {"forward": "SKIP", "backward": "SKIP", "message": message, "details": []}
-
-
 class Checker:
     def __init__(self, device: str, real_data: bool, error_dir: Optional[str], seed: int, dump_json: str):
         self.device, self.real, self.error_dir, self.seed, self.dump_json = device, real_data, error_dir, seed, dump_json
 
     def check(self, task: Dict) -> Dict:
         name = task["name"]
-        with_bwd = task.get("backward") is not None and not task.get("backward_skip")
-        entries = {f"{name}.forward": task["forward"]}
-        if with_bwd:
-            entries[f"{name}.backward"] = task["backward"]
         mode = "real_data" if self.real else "random_data"
-        bwd_note = task.get("backward_skip") or ""
-        try:
-            case = case_from_records(self.dump_json, entries, "both" if with_bwd else "forward", mode, self.seed)
-        except MsprobeError as exc:
-            if not with_bwd:
-                return _skip(f"{exc}. SKIP.")
-            try:  # the backward record is what cannot be rebuilt (e.g. its gradient tensor is missing)
-                case = case_from_records(self.dump_json, {f"{name}.forward": task["forward"]}, "forward", mode,
-                                         self.seed)
-            except MsprobeError:
-                return _skip(f"{exc}. SKIP.")
-            with_bwd, bwd_note = False, f"backward not run: {exc}"
+        case, with_bwd, bwd_note, skip = rebuild_case(
+            task, lambda entries, propagation: case_from_records(self.dump_json, entries, propagation, mode,
+                                                                 self.seed))
+        if skip:
+            return skip_result(skip)
         std = standard_of(case.func)
         spec = case_spec(name, case, "both" if with_bwd else "forward", mode, self.seed)
         try:
             fn, autocast, bdtype, raise_dtype = rt.setup(spec)
         except (AttributeError, ValueError) as exc:
-            return _skip(f"API {name} cannot be called with this torch ({type(exc).__name__}: {exc}). SKIP.")
+            return skip_result(f"API {name} cannot be called with this torch ({type(exc).__name__}: {exc}). SKIP.")
         runs, failure = self._run(spec, fn, autocast, bdtype, raise_dtype, spec["PROPAGATION"])
         if failure and with_bwd:  # the backward may be what failed: keep the forward
             spec["PROPAGATION"] = "forward"
@@ -105,7 +98,7 @@ class Checker:
             else:
                 failure = failure2
         if failure:
-            return _skip(f"Run {name} UT Error: {failure}")
+            return skip_result(f"Run {name} UT Error: {failure}")
         scale = runs.get("scale")
         if with_bwd:
             dev = runs["device"]
@@ -215,11 +208,4 @@ def legacy_metrics(d: torch.Tensor, b: torch.Tensor, judged) -> Dict[str, Option
             dn, bn = d64 / dm, b64 / bm
             cos = float((dn * bn).sum() / (dn.norm() * bn.norm()))
             out["余弦相似度"] = max(-1.0, min(1.0, cos))
-    ratio = lambda t: float((rel < t).sum()) / n if n else 1.0  # noqa: E731
-    if judged in LOW:
-        out["双百指标"] = ratio(0.01)
-        out["双千指标"] = ratio(0.001)
-    else:
-        out["双千指标"] = ratio(0.001)
-        out["双万指标"] = ratio(0.0001)
-    return out
+    return ratio_indicators(out, lambda t: int((rel < t).sum()), n, judged in LOW)

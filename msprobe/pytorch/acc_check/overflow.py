@@ -10,22 +10,13 @@ from typing import Any, Dict, List
 import torch
 
 from msprobe.core.errors import MsprobeError
-from msprobe.pytorch.acc_check.checker import case_spec, pick_device
+from msprobe.pytorch.acc_check.checker import case_spec, worker_device
 from msprobe.pytorch.op_generate import runtime as rt
 from msprobe.pytorch.op_generate.generator import case_from_records
 
 
 def make_checker(init: Dict[str, Any], k: int):
-    torch.set_num_threads(1)
-    device = pick_device(init.get("devices") or [0], k)
-    if device.startswith("npu"):
-        torch.npu.set_device(device)
-        try:
-            torch.npu.set_compile_mode(jit_compile=bool(init.get("jit_compile")))
-        except Exception:  # noqa: BLE001 - older torch_npu
-            pass
-    elif device.startswith("cuda"):
-        torch.cuda.set_device(device)
+    device = worker_device(init, k)
     return OverflowChecker(device, bool(init["real_data"]), int(init.get("seed", 1234)), init["dump_json"]).check
 
 
