@@ -20,12 +20,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
@@ -33,34 +28,20 @@ pytest.importorskip("torch")
 pytest.importorskip("openpyxl")
 
 from fault_injection.cases import CASES, CONTROLS, FAULTS  # noqa: E402
-from fault_injection.evaluate import (REPO, answer, consistency_problems, names_op, pair_paths,  # noqa: E402
-                                      run_ours)
+from fault_injection.evaluate import (answer, consistency_problems, generate_pairs, names_op,  # noqa: E402
+                                      outcomes)
 
 MIN_SHARE = 0.95   # 19 of 20
 
 
 @pytest.fixture(scope="session")
 def fi_pairs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("fault_pairs")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    res = subprocess.run([sys.executable, str(REPO / "tests" / "fault_injection" / "generate.py"), str(root)],
-                         capture_output=True, text=True, env=env, timeout=600)
-    assert res.returncode == 0, res.stderr[-4000:]
-    return root
+    return generate_pairs(tmp_path_factory.mktemp("fault_pairs"))
 
 
 @pytest.fixture(scope="session")
 def fi_outcomes(fi_pairs, tmp_path_factory):
-    outs = tmp_path_factory.mktemp("fault_out")
-
-    def one(case):
-        multi = case.model == "dist"
-        t, g = pair_paths(fi_pairs / case.name, multi)
-        return case.name, run_ours(t, g, outs / case.name, multi)
-
-    with ThreadPoolExecutor(max_workers=2) as ex:
-        return dict(ex.map(one, CASES))
+    return outcomes(fi_pairs, tmp_path_factory.mktemp("fault_out"), CASES)
 
 
 def _hit(case, outcome, which):

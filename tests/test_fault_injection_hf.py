@@ -12,11 +12,7 @@ more per FF layer, so that exact matching pairs different calls of it, with and 
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -24,8 +20,8 @@ pytest.importorskip("torch")
 pytest.importorskip("openpyxl")
 
 from fault_injection.cases import HF_ARCHS, HF_CASES, HF_CONTROLS, HF_FAULTS  # noqa: E402
-from fault_injection.evaluate import (REPO, answer, consistency_problems, names_nothing, names_op,  # noqa: E402
-                                      pair_paths, run_ours)
+from fault_injection.evaluate import (answer, consistency_problems, generate_pairs, names_nothing,  # noqa: E402
+                                      names_op, outcomes)
 from real_models import transformers_missing  # noqa: E402
 
 _SKIP = transformers_missing()
@@ -39,25 +35,12 @@ CASES = [c for c in HF_CASES if c.name in SUBSET]
 
 @pytest.fixture(scope="session")
 def hf_pairs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("hf_fault_pairs")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    res = subprocess.run([sys.executable, str(REPO / "tests" / "fault_injection" / "generate.py"), str(root),
-                          "--family", "hf", "--only", *SUBSET], capture_output=True, text=True, env=env, timeout=300)
-    assert res.returncode == 0, res.stderr[-4000:]
-    return root
+    return generate_pairs(tmp_path_factory.mktemp("hf_fault_pairs"), "--family", "hf", "--only", *SUBSET, timeout=300)
 
 
 @pytest.fixture(scope="session")
 def hf_outcomes(hf_pairs, tmp_path_factory):
-    outs = tmp_path_factory.mktemp("hf_fault_out")
-
-    def one(case):
-        t, g = pair_paths(hf_pairs / case.name, False)
-        return case.name, run_ours(t, g, outs / case.name, False, extra=case.compare_args)
-
-    with ThreadPoolExecutor(max_workers=2) as ex:
-        return dict(ex.map(one, CASES))
+    return outcomes(hf_pairs, tmp_path_factory.mktemp("hf_fault_out"), CASES)
 
 
 def test_the_sweep_covers_the_archs_tasks_levels_and_dtypes():

@@ -305,3 +305,29 @@ def consistency_problems(ans: RankAnswer) -> List[str]:
         if ans.advisor_file is not None or named is not None:
             probs.append(f"no red row but the advisor names {ans.advisor_file or named}")
     return probs
+
+
+def generate_pairs(root: Path, *args: str, timeout: float = 600) -> Path:
+    """Dump the pairs of ``generate.py`` (its arguments after the root, e.g. ``--family hf --only ...``) into
+    ``root`` in one subprocess with this checkout on PYTHONPATH; raises with its stderr's tail on failure."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    res = subprocess.run([sys.executable, str(REPO / "tests" / "fault_injection" / "generate.py"), str(root), *args],
+                         capture_output=True, text=True, env=env, timeout=timeout)
+    if res.returncode != 0:
+        raise RuntimeError(f"generate.py {' '.join(args)} exited {res.returncode}:\n{res.stderr[-4000:]}")
+    return root
+
+
+def outcomes(pairs: Path, outs: Path, cases, workers: int = 2) -> Dict[str, Outcome]:
+    """``run_ours`` on each case's pair (2-rank pairs for the ``dist`` model; the case's compare options),
+    ``workers`` at a time: case name -> :class:`Outcome`."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(case):
+        multi = case.model == "dist"
+        t, g = pair_paths(pairs / case.name, multi)
+        return case.name, run_ours(t, g, outs / case.name, multi, extra=case.compare_args)
+
+    with ThreadPoolExecutor(max_workers=workers) as ex:
+        return dict(ex.map(one, cases))
