@@ -454,10 +454,14 @@ def test_single_process_report_is_merged_as_rank0(tmp_path, capsys, name):
     d.mkdir()
     write_report(d / name, STAT_HEADER, stat_rows(0), "csv" if name.endswith(".csv") else "xlsx")
     (d / f"advisor_{TS}.txt").write_text("advice")
-    rc, out, err = cli(["merge_result", "-i", d, "-o", tmp_path / "o", "-config", _ok_config(tmp_path), "-q"], capsys)
+    rc, out, err = cli(["merge_result", "-i", d, "-o", tmp_path / "o", "-config", _ok_config(tmp_path)], capsys)
     assert rc == 0, err
     assert "single-process compare (merged as rank0)" in out
     assert name in err and "rank0" in err            # the INFO line names the file and the rank it stands for
+    rc, out2, err = cli(["merge_result", "-i", d, "-o", tmp_path / "o2", "-config", _ok_config(tmp_path), "-q"],
+                        capsys)
+    assert rc == 0 and name not in err and "INFO" not in err              # -q: no INFO lines, same result
+    assert "single-process compare (merged as rank0)" in out2
     [path] = glob.glob(str(tmp_path / "o" / "multi_ranks_compare_merge_*.xlsx"))
     sheet = load_book(path)["Max diff"]
     assert sheet[0] == ["NPU Name", "rank0"]

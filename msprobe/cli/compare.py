@@ -13,6 +13,8 @@ import argparse
 import os
 import sys
 
+from msprobe.cli.options import add_quiet
+
 # compare runs its own worker processes; BLAS thread pools inside each of them only oversubscribe the
 # cores (tensor mode got several times slower).  Set before numpy is first imported.
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -87,9 +89,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     x.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                    help="spread the ranks (and chunks of big tensor ranks) over Ray: no ADDRESS starts a local instance, "
                         "'auto' or ray://host:port joins a cluster; needs pip install 'msprobe[ray]' (docs/scale.md)")
-    x.add_argument("-q", "--quiet", action="store_true",
-                   help="no live progress display (shown only on a terminal, or with MSPROBE_PROGRESS=1); the "
-                        "one-line-per-stage log stays")
+    add_quiet(x)
     ref = p.add_argument_group("reference 26.x options that msprobe refuses with a pointer (docs/compatibility.md)")
     ref.add_argument("-m", "--mode", default=None, metavar="MODE",
                      help="only 'auto' (the dump.json compare) is supported; the other modes are other tools")

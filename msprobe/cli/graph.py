@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from msprobe.cli.options import add_quiet
+
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
@@ -56,9 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     x.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                    help="build/compare the steps/ranks in Ray tasks: no ADDRESS starts a local instance, 'auto' or "
                         "ray://host:port joins a cluster; needs pip install 'msprobe[ray]' (docs/scale.md)")
-    x.add_argument("-q", "--quiet", action="store_true",
-                   help="no live progress display (shown only on a terminal, or with MSPROBE_PROGRESS=1); the "
-                        "one-line-per-stage log stays")
+    add_quiet(x)
     x.add_argument("-tensor_log", "--is_print_compare_log", dest="tensor_log", action="store_true",
                    help="accepted for the reference's command line; graph logs no per-tensor lines (a warning says so)")
     ref = p.add_argument_group("reference 26.x options that msprobe refuses with a pointer (docs/compatibility.md)")

@@ -101,6 +101,8 @@ def main(argv: Optional[List[str]] = None, exiting: bool = False) -> int:
     args.exiting = exiting
     args.command = name
     _setup_logging()
+    if getattr(args, "quiet", False):       # -q (msprobe.cli.options.add_quiet): warnings and errors only
+        logging.getLogger("msprobe").setLevel(logging.WARNING)
     from msprobe.core.errors import MsprobeError
 
     created = _created_output_dirs(args)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from msprobe.cli.options import add_quiet
+
 EPILOG = """examples:
   msprobe -f pytorch nan_analyze -i dump_path/step0 -o out      (the reference's 8.x spelling)
   msprobe overflow_check -i dump_path/step0                     (its 26.x spelling; -o defaults to ./output)
@@ -31,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-j", "--jobs", type=int, default=0, metavar="N",
                    help="ranks read in parallel worker processes (default 0: one per core, at most one per rank; "
                         "each holds one rank's dump.json while it reads); -j 1: no helper processes")
-    p.add_argument("-q", "--quiet", action="store_true", help="no live progress display on the terminal")
+    add_quiet(p)
 
 
 def run(args: argparse.Namespace) -> int:

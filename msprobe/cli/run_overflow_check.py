@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 
+from msprobe.cli.options import add_quiet
+
 EPILOG = """examples:
   msprobe -f pytorch run_overflow_check -api_info dump/step0/rank0/dump.json
   msprobe -f pytorch run_overflow_check -api_info dump.json -o out -j 2      (also writes out/overflow_check_result_{ts}.csv)
@@ -36,8 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="time limit of one API (default 300); a slower one is stopped and written as SKIP")
     p.add_argument("--data_mode", dest="data_mode", choices=("auto", "random_data", "real_data"), default="auto",
                    help="auto (default): the recorded tensors when the dump has them, else random data from statistics")
-    p.add_argument("-q", "--quiet", dest="quiet", action="store_true",
-                   help="no progress display and no info lines; the verdict lines and the summary stay")
+    add_quiet(p)
 
 
 def run(args: argparse.Namespace) -> int:

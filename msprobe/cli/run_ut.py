@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 
+from msprobe.cli.options import add_quiet
+
 EPILOG = """examples:
   msprobe -f pytorch run_ut -api_info dump/step0/rank0/dump.json -o out
   msprobe -f pytorch run_ut -api_info dump.json -o out -j 2 -save_error_data
@@ -57,8 +59,7 @@ def add_arguments(p: argparse.ArgumentParser, multi: bool = False) -> None:
                    help="MindSpore dumps: the benchmark: same (default): the same MindSpore API in higher precision; "
                         "pytorch: the PyTorch API of the MindSpore-to-PyTorch API table on the CPU in higher precision "
                         "(needs torch next to MindSpore)")
-    p.add_argument("-q", "--quiet", dest="quiet", action="store_true", help="quiet: no live progress display and no info lines; only warnings, errors and the one-line "
-                        "summary (with the result CSV's path)")
+    add_quiet(p)
 
 
 def options(args: argparse.Namespace, command: str):
