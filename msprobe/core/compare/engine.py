@@ -197,7 +197,10 @@ def _match_with_mappings(cfg: CompareConfig, t: DumpRows, g: DumpRows, target_js
         layer_pairs = _layer_pairs(maps.layer_rules, t, g, target_json, golden_json)
     keys, rules, name_only = mp.target_keys(t, g, maps, layer_pairs)
     m = match_mapped(t, g, keys, rules, name_only, fuzzy=cfg.fuzzy)
-    layer_rows = mp.rows_of_pairs(t, g, keys, rules, mp.RULE_LAYER) if layer_pairs is not None else None
+    layer_rows = None
+    if layer_pairs is not None:   # the pairs that matched (same shape, dtype of one family), saved for -dm
+        layer_rows = {t.names[i]: g.names[j] for i, j in zip(m.target.tolist(), m.golden.tolist())
+                      if j >= 0 and m.rule[i] == mp.RULE_LAYER}
     return m, layer_rows
 
 
@@ -399,14 +402,18 @@ def _basic(t: DumpRows, g: DumpRows, m: Matches) -> Tuple[List[str], List[list]]
 
 
 def _rg_consistent(t: DumpRows, g: DumpRows, m: Matches) -> Tuple[list, np.ndarray]:
-    """'True'/'False' for matched rows, 'N/A' for unmatched ones; plus the inconsistent mask."""
+    """'True'/'False' for matched rows, 'N/A' for unmatched ones; plus the inconsistent mask.
+
+    A matched row whose one side records no requires_grad at all ('N/A': a MindSpore dump against a PyTorch one,
+    MindSpore tensors have none) is 'N/A' too, not inconsistent: the reference says 'False' there, which makes
+    every row of a cross-framework compare a Warning."""
     trg = _take(t.requires_grad, m.target)
     grg = _take(g.requires_grad, m.golden)
     matched = m.matched.tolist()
     cells = []
     bad = np.zeros(len(m), dtype=bool)
     for i, (a, b, ok) in enumerate(zip(trg, grg, matched)):
-        if not ok:
+        if not ok or (a != b and (a == NA or b == NA)):
             cells.append(NA)
         elif a == b:
             cells.append("True")

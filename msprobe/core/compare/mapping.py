@@ -271,6 +271,22 @@ def cell_key(entry: str, cells: Dict[str, str]) -> Optional[str]:
     return "Module." + path + tail
 
 
+#: MindSpore parameter names -> PyTorch's (nn.LayerNorm/BatchNorm gamma/beta, Embedding's table, BatchNorm's
+#: moving statistics); -cm and -lm apply it to ``.parameters.<name>`` and ``.parameters_grad[.<n>].<name>`` rows
+MS_PT_PARAMS = {"gamma": "weight", "beta": "bias", "embedding_table": "weight", "moving_mean": "running_mean",
+                "moving_variance": "running_var"}
+_PARAM_ROW = re.compile(r"^(.*\.parameters(?:_grad)?(?:\.\d+)?\.)([A-Za-z_]+)$")
+
+
+def _pt_param_key(key: str) -> str:
+    """``Module.ln.LayerNorm.forward.0.parameters.gamma`` -> ``....parameters.weight``,
+    ``Module.ln.LayerNorm.parameters_grad.gamma`` -> ``....parameters_grad.weight`` (other rows unchanged)."""
+    m = _PARAM_ROW.match(key)
+    if m is None or m.group(2) not in MS_PT_PARAMS:
+        return key
+    return m.group(1) + MS_PT_PARAMS[m.group(2)]
+
+
 def _user_row_key(row_suffix: str, state: str, lists) -> Optional[str]:
     """Remap the index after ``.<state>.`` by the user's lists; None means the index is not listed."""
     pair = lists.get(state)
@@ -354,9 +370,12 @@ def target_keys(t, g, maps: LoadedMappings, layer_pairs: Optional[Dict[str, str]
                 name_only.append(False)
                 continue
             suffix = new_suffix
-        keys.append(mapped_entry + suffix)
+        keys.append(_pt_param_key(mapped_entry + suffix) if rule in (RULE_CELL, RULE_LAYER) else mapped_entry + suffix)
         rules.append(rule)
-        name_only.append(rule == RULE_LAYER)
+        # layer-mapped rows join on (key, shape) like -am/-cm: -lm guessed these pairs, the user did not name
+        # them, and a guessed pair of two shapes is two different tensors (a 4-D torch.matmul's backward is
+        # recorded at its bmm view, [4, 8, 8], MindSpore's at the [2, 2, 8, 8] inputs)
+        name_only.append(False)
     return keys, rules, name_only
 
 
