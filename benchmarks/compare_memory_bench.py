@@ -25,61 +25,19 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _children(pid: int) -> list:
-    out = []
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/children") as fh:
-                out.extend(int(x) for x in fh.read().split())
-    except OSError:
-        pass
-    return out
-
-
-def _rss(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
-def tree_rss(pid: int) -> tuple:
-    """(summed RSS of ``pid`` and all its descendants, number of processes)."""
-    seen, todo, total = set(), [pid], 0
-    while todo:
-        p = todo.pop()
-        if p in seen:
-            continue
-        seen.add(p)
-        total += _rss(p)
-        todo.extend(_children(p))
-    return total, len(seen)
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import harness  # noqa: E402
 
 
 def measure(cmd: list, env: dict, interval: float) -> dict:
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    peak, procs = 0, 1
-    while proc.poll() is None:
-        rss, n = tree_rss(proc.pid)
-        peak = max(peak, rss)
-        procs = max(procs, n)
-        time.sleep(interval)
-    out = proc.stdout.read().decode(errors="replace")
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise SystemExit(f"command failed ({proc.returncode}): {' '.join(cmd)}\n{out[-2000:]}")
-    return {"peak": peak, "procs": procs, "wall": wall}
+    """Wall time and the largest summed VmRSS of the command's process tree (benchmarks/harness.py)."""
+    r = harness.run(cmd, env=env, sample=interval, pss=False, gnu_time=False)
+    if not r.ok:
+        raise SystemExit(f"command failed ({r.rc}): {' '.join(cmd)}\n{(r.stdout + r.stderr)[-2000:]}")
+    return {"peak": r.rss_sum_mb * 2 ** 20, "procs": max(1, r.procs), "wall": r.secs}
 
 
 def ensure_pair(work: Path, rows: int) -> Path:

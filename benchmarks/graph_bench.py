@@ -40,109 +40,37 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from machine import machine_line  # noqa: E402
+import harness  # noqa: E402
+from harness import RunError, machine_line, peak, shown as rel, show_cmd as show  # noqa: E402
 from refvenv import portable, ref_venv_or_missing as cached_ref_venv  # noqa: E402
-from run_all import _pss_kb, _tree  # noqa: E402  (process-tree walk and Pss of one process)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "graph_results.md"
-GNU_TIME = "/usr/bin/time"
 REF8, OURS_JSON, OURS_DB = "8.3.3 (.vis.db)", "ours json (.vis)", "ours --db (.vis.db)"
 REF8_SETUP = ('python3 -m venv "$MSPROBE_REF_CACHE/venv833" && "$MSPROBE_REF_CACHE/venv833/bin/pip" install '
               'torch==2.13.0 "numpy<2" "pandas<2.1" mindstudio-probe==8.3.3')
 GOAL_SPEED, GOAL_MEM = 5.0, 0.5
-PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
-
-
-class RunError(RuntimeError):
-    pass
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# measurement
+# measurement (benchmarks/harness.py)
 # ---------------------------------------------------------------------------------------------------------------------
-
-def _rss_kb(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/statm", "rb") as f:
-            return int(f.read().split()[1]) * PAGE_KB
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-class Sampler(threading.Thread):
-    """Every ``interval`` s (or 30x the cost of one sample, if longer): sum of Pss and of VmRSS over the tree."""
-
-    def __init__(self, pid: int, skip_root: bool, interval: float = 0.05):
-        super().__init__(daemon=True)
-        self.pid, self.skip_root, self.interval = pid, skip_root, interval
-        self.pss_kb = self.rss_kb = self.procs = 0
-        self.cpu_share = 0.0
-        self._stop_evt = threading.Event()
-
-    def run(self):
-        t0, c0 = time.monotonic(), time.thread_time()
-        while not self._stop_evt.is_set():
-            s0 = time.thread_time()
-            pids = _tree(self.pid)
-            if self.skip_root:  # the GNU time wrapper is not part of the measured command
-                pids = pids[1:]
-            self.pss_kb = max(self.pss_kb, sum(_pss_kb(p) for p in pids))
-            self.rss_kb = max(self.rss_kb, sum(_rss_kb(p) for p in pids))
-            self.procs = max(self.procs, len(pids))
-            self._stop_evt.wait(max(self.interval, 30 * (time.thread_time() - s0)))
-        self.cpu_share = (time.thread_time() - c0) / max(1e-9, time.monotonic() - t0)
-
-    def stop(self):
-        self._stop_evt.set()
-        self.join()
-
 
 def run_once(cmd: list, out_dir: Path, pattern: str, log: Path, env: dict) -> dict:
     """Run ``cmd`` (``{out}`` replaced by a fresh empty ``out_dir``); wall seconds, memory and the output file."""
     out_dir.mkdir(parents=True)
     cmd = [str(out_dir) if c == "{out}" else c for c in cmd]
-    rss_file = log.with_suffix(".maxrss")
-    use_time = os.access(GNU_TIME, os.X_OK)
-    full = [GNU_TIME, "-f", "%M", "-o", str(rss_file), *cmd] if use_time else cmd
-    with open(log, "wb") as lf:
-        lf.write(f"$ {shlex.join(cmd)}\n".encode())
-        lf.flush()
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(full, stdout=lf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                cwd=str(out_dir.parent))
-        sampler = Sampler(proc.pid, skip_root=use_time)
-        sampler.start()
-        _, status, ru = os.wait4(proc.pid, 0)
-        secs = time.perf_counter() - t0
-        sampler.stop()
-    proc.returncode = os.waitstatus_to_exitcode(status)  # already reaped: keep Popen from waiting again
-    if proc.returncode != 0:
-        tail = log.read_bytes()[-2500:].decode("utf-8", "replace")
-        raise RunError(f"exit status {proc.returncode} after {secs:.1f} s: {shlex.join(cmd)}\n"
-                       f"--- log tail ({log}) ---\n{tail}")
+    r = harness.run(cmd, env=env, cwd=out_dir.parent, log=log, echo=True, sample=0.05)
+    if not r.ok:
+        raise RunError(r.failure(log, 2500))
     outputs = sorted(p for p in out_dir.rglob(pattern) if p.is_file() and p.stat().st_size > 0)
     if not outputs:
         found = ", ".join(sorted(p.name for p in out_dir.rglob("*"))) or "nothing"
         raise RunError(f"exit status 0 but no {pattern} file under {out_dir} (found: {found}): {shlex.join(cmd)}")
-    rss_kb = ru.ru_maxrss
-    if use_time:
-        try:
-            rss_kb = int(rss_file.read_text().split()[-1])
-        except (OSError, ValueError, IndexError):
-            raise RunError(f"could not read GNU time's %M from {rss_file} for: {shlex.join(cmd)}")
-    return {"secs": secs, "rss_mb": rss_kb / 1024, "pss_mb": sampler.pss_kb / 1024, "rss_sum_mb": sampler.rss_kb / 1024,
-            "procs": sampler.procs, "sampler_cpu": sampler.cpu_share, "output": outputs[0],
-            "out_mb": outputs[0].stat().st_size / 1e6}
-
-
-def peak(r: dict) -> float:
-    return max(r["rss_mb"], r["pss_mb"])
+    return {"run": r, "output": outputs[0], "out_mb": outputs[0].stat().st_size / 1e6}
 
 
 def count_nodes(path: Path) -> dict:
@@ -179,18 +107,9 @@ def ensure_inputs(nodes: int, seed: int) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def rel(p) -> str:
-    p = str(p)
-    return os.path.relpath(p, ROOT) if p.startswith(str(ROOT) + os.sep) else portable(p) if p.startswith(os.sep) else p
-
-
 def _shown_param(path: Path) -> dict:
     """The reference's -i json as the report shows it: paths relative to the repository (or portable)."""
     return {k: rel(v) if isinstance(v, str) else v for k, v in json.loads(path.read_text()).items()}
-
-
-def show(cmd) -> str:
-    return shlex.join(rel(c) for c in cmd)
 
 
 def fmt_x(x) -> str:
@@ -199,15 +118,8 @@ def fmt_x(x) -> str:
 
 def update_results(path: Path, section: str, text: str) -> None:
     """Write ``text`` as the ``section`` (main / scale) of the results file, keeping the other section."""
-    old = path.read_text() if path.is_file() else ""
-    parts = {}
-    for s in ("main", "scale"):
-        begin, end = f"<!-- graph_bench:{s} -->", f"<!-- /graph_bench:{s} -->"
-        if s == section:
-            parts[s] = f"{begin}\n{text.rstrip()}\n{end}\n"
-        elif begin in old and end in old:
-            parts[s] = old[old.index(begin):old.index(end) + len(end)] + "\n"
-    path.write_text("# msprobe graph benchmark\n\n" + "\n".join(parts[s] for s in ("main", "scale") if s in parts))
+    harness.write_section(path, text.rstrip() + "\n", f"<!-- graph_bench:{section} -->",
+                          f"<!-- /graph_bench:{section} -->", title="# msprobe graph benchmark")
 
 
 def main(argv=None) -> int:
@@ -299,11 +211,8 @@ def main(argv=None) -> int:
             failures.append(f"{case} / {tool}: {e}")
             print(f"[graph-bench] {e}", file=sys.stderr, flush=True)
             continue
-        best = min(runs, key=lambda r: r["secs"])
-        r = dict(best, all_secs=[x["secs"] for x in runs], n=len(runs),
-                 rss_mb=max(x["rss_mb"] for x in runs), pss_mb=max(x["pss_mb"] for x in runs),
-                 rss_sum_mb=max(x["rss_sum_mb"] for x in runs), procs=max(x["procs"] for x in runs),
-                 sampler_cpu=max(x["sampler_cpu"] for x in runs))
+        r = harness.summary([x["run"] for x in runs])
+        r.update(next(x for x in runs if x["run"] is r["best"]))
         try:
             r["nodes"] = count_nodes(r["output"])
         except Exception as e:  # noqa: BLE001 - an unreadable output is reported, not fatal
@@ -427,14 +336,9 @@ def main(argv=None) -> int:
     if a.keep_outputs:
         print(f"[graph-bench] outputs and logs kept in {rel(work)}")
     else:  # the outputs are big (the reference's .vis.db: 135 MB at 100k nodes); the logs stay
-        for p in work.iterdir():
-            if p.is_dir():
-                shutil.rmtree(p, ignore_errors=True)
+        harness.remove_subdirs(work)
         print(f"[graph-bench] logs in {rel(work)}")
-    if failures:
-        print("[graph-bench] FAILED runs:\n" + "\n".join(failures), file=sys.stderr)
-        return 2
-    return 0 if all(v != "FAIL" for _, v, _ in goals) else 1
+    return harness.exit_status(failures, [v for _, v, _ in goals], "[graph-bench] FAILED runs:")
 
 
 if __name__ == "__main__":

@@ -36,12 +36,11 @@ import shlex
 import shutil
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from machine import machine_line  # noqa: E402
+import harness  # noqa: E402
+from harness import RunError, machine_line, peak  # noqa: E402
 import refvenv  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,136 +49,28 @@ OURS_XLSX, OURS_CSV = "ours xlsx (highlight)", "ours csv"
 REF8_XLSX, REF26_CSV = "8.3.3 xlsx -s -hl", "26.2.0 csv"
 
 
-class RunError(RuntimeError):
-    pass
-
-
 # ---------------------------------------------------------------------------------------------------------------------
-# process-tree measurement
+# one command, measured by benchmarks/harness.py
 # ---------------------------------------------------------------------------------------------------------------------
-
-def _children(pid: int) -> list:
-    """Direct children of a process (/proc/PID/task/TID/children of each of its threads)."""
-    out: list = []
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
-                out.extend(int(x) for x in f.read().split())
-        except OSError:
-            pass
-    return out
-
-
-def _tree(root: int) -> list:
-    out, todo = [], [root]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(_children(p))
-    return out
-
-
-def _pss_kb(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
-            for line in f:
-                if line.startswith(b"Pss:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
-    return 0
-
-
-class TreeSampler(threading.Thread):
-    """Samples the summed PSS and the process count of a process tree until stopped."""
-
-    def __init__(self, pid: int, interval: float = 0.02, skip_root: bool = False):
-        super().__init__(daemon=True)
-        self.pid, self.interval, self.skip_root = pid, interval, skip_root
-        self.peak_kb = 0
-        self.max_procs = 0
-        self.cpu_share = 0.0  # CPU time the sampler itself used, as a share of one core
-        self._stop_evt = threading.Event()
-
-    def run(self):
-        t0, c0 = time.monotonic(), time.thread_time()
-        while not self._stop_evt.is_set():
-            s0 = time.thread_time()
-            pids = _tree(self.pid)
-            if self.skip_root:  # the GNU time wrapper is not part of the measured command
-                pids = pids[1:]
-            total = sum(_pss_kb(p) for p in pids)
-            self.peak_kb = max(self.peak_kb, total)
-            self.max_procs = max(self.max_procs, len(pids))
-            # every 20 ms, but reading Pss walks page tables (milliseconds for a big process): wait at least 30x
-            # what the sample cost so the sampler stays near 3% of one core
-            self._stop_evt.wait(max(self.interval, 30 * (time.thread_time() - s0)))
-        self.cpu_share = (time.thread_time() - c0) / max(1e-9, time.monotonic() - t0)
-
-    def stop(self):
-        self._stop_evt.set()
-        self.join()
-
-
-GNU_TIME = "/usr/bin/time"
-
 
 def run_once(cmd: list, out_dir: Path, log: Path, env: dict) -> dict:
-    """Run ``cmd`` in a fresh process with a fresh empty ``out_dir``; return wall seconds and memory.
-
-    The command is started through GNU time when it exists: Linux carries a process's RSS high-water mark
-    across exec, so a command forked straight from this (bigger) runner would report at least the runner's
-    RSS; GNU time is tiny and reports the ru_maxrss of its own child.  Without it, os.wait4 is used directly.
-    """
+    """Run ``cmd`` in a fresh process with a fresh empty ``out_dir``; return wall seconds, memory and the reports
+    (RSS max through GNU time, PSS sum sampled every 20 ms: benchmarks/harness.py)."""
     if out_dir.exists():
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True)
-    rss_file = log.with_suffix(".maxrss")
-    use_time = os.access(GNU_TIME, os.X_OK)
-    full = [GNU_TIME, "-f", "%M", "-o", str(rss_file), *cmd] if use_time else cmd
-    with open(log, "wb") as lf:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(full, stdout=lf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                cwd=str(out_dir.parent))
-        sampler = TreeSampler(proc.pid, skip_root=use_time)
-        sampler.start()
-        _, status, ru = os.wait4(proc.pid, 0)
-        secs = time.perf_counter() - t0
-        sampler.stop()
-    proc.returncode = os.waitstatus_to_exitcode(status)  # already reaped: keep Popen from waiting again
-    if proc.returncode != 0:
-        tail = log.read_bytes()[-3000:].decode("utf-8", "replace")
-        raise RunError(f"exit status {proc.returncode}: {shlex.join(cmd)}\n--- log tail ({log}) ---\n{tail}")
+    r = harness.run(cmd, env=env, cwd=out_dir.parent, log=log, sample=0.02)
+    if not r.ok:
+        raise RunError(r.failure(log))
     reports = sorted(p for p in out_dir.rglob("compare_result*") if p.suffix in (".xlsx", ".csv"))
     if not reports:
         raise RunError(f"no compare_result*.xlsx/.csv written under {out_dir} by: {shlex.join(cmd)}")
-    rss_kb = ru.ru_maxrss
-    if use_time:
-        try:
-            rss_kb = int(rss_file.read_text().split()[-1])
-        except (OSError, ValueError, IndexError):
-            raise RunError(f"could not read GNU time's %M from {rss_file} for: {shlex.join(cmd)}")
-    return {"secs": secs, "rss_mb": rss_kb / 1024, "pss_mb": sampler.peak_kb / 1024,
-            "procs": sampler.max_procs, "sampler_cpu": sampler.cpu_share, "reports": reports}
+    return {"run": r, "reports": reports}
 
 
 def measure(cmd: list, out_dir: Path, log: Path, env: dict, repeat: int, warmup: bool = True) -> dict:
-    if warmup:
-        run_once(cmd, out_dir, log, env)
-    runs = [run_once(cmd, out_dir, log, env) for _ in range(max(1, repeat))]
-    best = min(runs, key=lambda r: r["secs"])
-    return {"secs": best["secs"], "all_secs": [r["secs"] for r in runs],
-            "rss_mb": max(r["rss_mb"] for r in runs), "pss_mb": max(r["pss_mb"] for r in runs),
-            "procs": max(r["procs"] for r in runs), "reports": runs[-1]["reports"], "n": len(runs),
-            "sampler_cpu": max(r["sampler_cpu"] for r in runs)}
-
-
-def peak(r: dict) -> float:
-    return max(r["rss_mb"], r["pss_mb"])
+    runs = harness.repeat(lambda: run_once(cmd, out_dir, log, env), repeat, warmup=int(warmup))
+    return dict(harness.summary([x["run"] for x in runs]), reports=runs[-1]["reports"])
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -430,10 +321,7 @@ def main(argv=None) -> int:
         inp.append(f"- `{case}`: `{d.relative_to(work.parent) if work.parent in d.parents else d}` "
                    f"(+ golden); target dump.json {size}; {extra}")
 
-    def show(cmd):
-        return shlex.join(os.path.relpath(c, ROOT) if c.startswith(str(ROOT) + os.sep)
-                          else refvenv.portable(c) if c.startswith(os.sep) else c for c in cmd)
-
+    show = harness.show_cmd
     cmd_lines = []
     for (case, tool), r in results.items():
         cmd_lines.append(f"- {case} / {tool}: `{show(r['cmd'])}`")
@@ -480,13 +368,8 @@ def main(argv=None) -> int:
         Path(a.results).write_text(text)
         print(f"[bench] wrote {a.results}")
     if not a.keep_outputs:
-        for p in runs_dir.iterdir():
-            if p.is_dir():
-                shutil.rmtree(p, ignore_errors=True)
-    if failures:
-        print("[bench] FAILED runs/checks:\n" + "\n".join(failures), file=sys.stderr)
-        return 2
-    return 0 if all(v != "FAIL" for _, v, _ in goals) else 1
+        harness.remove_subdirs(runs_dir)
+    return harness.exit_status(failures, [v for _, v, _ in goals], "[bench] FAILED runs/checks:")
 
 
 if __name__ == "__main__":
