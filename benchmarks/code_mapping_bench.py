@@ -7,7 +7,7 @@ Generates a MindSpore kernel-graph IR in the layout of ms_output_trace_code_grap
 a unique_id, backward "Gradients/..." nodes with a forward_unique_id, 3 type lines, a scope line, 4 to 8
 code lines each; layers named layer0..layerN so that scopes such as .../MatMul-op1 and .../MatMul-op10
 both exist) and one empty .npy per chosen node in dump/rank_0/Net/0/0.  Then times, each in a fresh
-process with its own peak RSS (wait4):
+process with its own peak RSS (benchmarks/harness.py: GNU time's %M, else wait4):
 
 * msprobe:    .venv/bin/msprobe -f mindspore code_mapping --ir IR --dump_data DUMP --output OUT
 * reference:  $MSPROBE_REF_CACHE/venv833/bin/python tests/data/code_mapping/run_reference.py --ir IR --dump_data DUMP --output OUT
@@ -25,7 +25,6 @@ import csv
 import os
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,6 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+import harness  # noqa: E402
 from refvenv import ref_venv_or_missing  # noqa: E402
 csv.field_size_limit(1 << 30)
 
@@ -105,22 +105,11 @@ def generate(workdir: Path, n_nodes: int, n_files: int, seed: int = 0) -> tuple:
 
 
 def timed(cmd: list, timeout: float) -> dict:
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            break
-        if time.perf_counter() - start > timeout:
-            proc.kill()
-            pid, status, usage = os.wait4(proc.pid, 0)
-            return {"wall": time.perf_counter() - start, "rss_mb": usage.ru_maxrss / 1024, "rc": "timeout"}
-        time.sleep(0.05)
-    err = proc.stderr.read().decode(errors="replace")
-    proc.stderr.close()
-    rc = os.waitstatus_to_exitcode(status)
-    return {"wall": time.perf_counter() - start, "rss_mb": usage.ru_maxrss / 1024, "rc": rc,
-            "cpu": usage.ru_utime + usage.ru_stime, "err": err[-500:]}
+    r = harness.run(cmd, timeout=timeout)
+    out = {"wall": r.secs, "rss_mb": r.rss_mb, "rc": r.rc}
+    if r.rc != "timeout":
+        out.update(cpu=r.cpu, err=r.stderr[-500:])
+    return out
 
 
 def _rows(out_dir: Path) -> dict:
@@ -143,9 +132,7 @@ def main() -> int:
                    help="the reference's interpreter (default: venv833 of benchmarks/refvenv.py, built on demand)")
     p.add_argument("--no-reference", action="store_true")
     a = p.parse_args()
-    from machine import machine_line
-
-    print(machine_line())
+    print(harness.machine_line())
     work = Path(a.workdir)
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import harness  # noqa: E402
 
 # one block: (MindSpore entry prefix, PyTorch entry prefix, inputs, outputs) -- API calls inside cell "blocks.{i}"
 BLOCK_APIS = [
@@ -88,13 +87,11 @@ def generate(work: Path, rows: int) -> tuple:
 def time_compare(t: Path, g: Path, out: Path, flags) -> tuple:
     cmd = [str(ROOT / ".venv" / "bin" / "msprobe"), "compare", "-tp", str(t), "-gp", str(g), "-o", str(out),
            "-q", "-c", *flags]
-    start = time.perf_counter()
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    secs = time.perf_counter() - start
-    if res.returncode != 0:
-        sys.exit(f"compare failed: {res.stderr[-2000:]}")
-    line = next(l for l in res.stdout.splitlines() if l.startswith("compare"))
-    return secs, line
+    r = harness.run(cmd)
+    if not r.ok:
+        sys.exit(f"compare failed: {r.stderr[-2000:]}")
+    line = next(l for l in r.stdout.splitlines() if l.startswith("compare"))
+    return r.secs, line
 
 
 def main() -> None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 from msprobe.core.io.xlsx import write_xlsx  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
+import harness  # noqa: E402
 from refvenv import ref_venv_or_missing  # noqa: E402
 
 HEADER = ["NPU Name", "Bench Name", "NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape",
@@ -159,15 +159,13 @@ def generate(root: Path, ranks: int, rows: int, match_column: bool) -> Path:
 
 
 def timed(cmd, timeout=None):
-    t0 = time.perf_counter()
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
+    """(wall seconds, last output line) of a successful run, else (None, why) (benchmarks/harness.py)."""
+    r = harness.run(cmd, timeout=timeout)
+    if r.rc == "timeout":
         return None, "timeout"
-    dt = time.perf_counter() - t0
-    if p.returncode != 0:
-        return None, (p.stderr or p.stdout).strip().splitlines()[-1:]
-    return dt, p.stdout.strip().splitlines()[-1:]
+    if not r.ok:
+        return None, harness.last_line(r.stderr or r.stdout)
+    return r.secs, harness.last_line(r.stdout)
 
 
 def main() -> int:

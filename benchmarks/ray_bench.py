@@ -27,7 +27,6 @@ import filecmp
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,7 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from machine import machine_line  # noqa: E402
+import harness  # noqa: E402
+from harness import machine_line  # noqa: E402
 
 
 def make_inputs(work: Path, ranks: int, rows: int, case: str = "stat", tensor_files: int = 300,
@@ -66,13 +66,11 @@ def run_compare(steps: Path, out: Path, extra) -> float:
     cmd = [sys.executable, "-m", "msprobe", "compare", "-tp", str(steps / "target" / "step0"), "-gp",
            str(steps / "golden" / "step0"), "-o", str(out), "--csv", "-q", "-c", *extra]
     load = os.getloadavg()[0]
-    t0 = time.perf_counter()
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
+    r = harness.run(cmd, env=env)
     print(f"  (load average {load:.1f} before, {os.getloadavg()[0]:.1f} after)", flush=True)
-    if res.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{res.stderr[-3000:]}")
-    return wall
+    if not r.ok:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{r.stderr[-3000:]}")
+    return r.secs
 
 
 def same_reports(a: Path, b: Path) -> bool:

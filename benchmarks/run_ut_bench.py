@@ -31,17 +31,16 @@ import datetime
 import json
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from machine import machine_line  # noqa: E402
+import harness  # noqa: E402
+from harness import machine_line  # noqa: E402
 from refvenv import portable, ref_venv_or_missing  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "run_ut_results.md"
@@ -102,23 +101,17 @@ def judged(out: Path) -> tuple:
 
 
 def timed(cmd: list, out: Path, env: dict, cwd: Path, repeat: int, timeout: float) -> dict:
-    best = None
-    for _ in range(max(1, repeat)):
+    def once():
         if out.exists():
             shutil.rmtree(out)
         log = out.with_suffix(".log")
-        with open(log, "wb") as lf:
-            t0 = time.perf_counter()
-            proc = subprocess.run(cmd, stdout=lf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                  cwd=str(cwd), timeout=timeout)
-            secs = time.perf_counter() - t0
-        if proc.returncode != 0:
-            tail = log.read_bytes()[-2000:].decode("utf-8", "replace")
-            raise RuntimeError(f"exit status {proc.returncode}: {shlex.join(cmd)}\n{tail}")
+        r = harness.run(cmd, env=env, cwd=cwd, timeout=timeout, log=log)
+        if not r.ok:
+            raise RuntimeError(r.failure(log, 2000))
         n_judged, n_rows = judged(out)
-        if best is None or secs < best["secs"]:
-            best = {"secs": secs, "judged": n_judged, "rows": n_rows}
-    return best
+        return {"secs": r.secs, "judged": n_judged, "rows": n_rows}
+
+    return min(harness.repeat(once, repeat), key=lambda x: x["secs"])
 
 
 def main(argv=None) -> int:
