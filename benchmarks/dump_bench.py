@@ -57,14 +57,13 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from machine import machine_line  # noqa: E402
+import harness  # noqa: E402
+from harness import clean_env, load_average as _load, machine_line  # noqa: E402
 from refvenv import portable, ref_cache  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -132,12 +131,6 @@ class Impl:
         return IMPL_LABEL.get(self.key, self.key)
 
 
-def _clean_env() -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON") and k != "VIRTUAL_ENV"}
-    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    return env
-
-
 def our_python() -> Path:
     p = ROOT / ".venv" / "bin" / "python"
     return p if p.exists() else Path(sys.executable)
@@ -145,14 +138,12 @@ def our_python() -> Path:
 
 def make_impl(key: str, ref_paths: dict) -> Impl:
     if key == "ours":
-        env = _clean_env()
-        env["PYTHONPATH"] = str(ROOT)
-        return Impl(key, our_python(), env, [])
+        return Impl(key, our_python(), clean_env(PYTHONPATH=ROOT), [])
     venv = Path(ref_paths[key])
     py = venv / "bin" / "python"
     if not py.exists():
         return Impl(key, None, {}, [], f"no venv at {venv} (set --{key} or MSPROBE_{key.upper()})")
-    return Impl(key, py, _clean_env(), ["-E"])
+    return Impl(key, py, clean_env(), ["-E"])
 
 
 def _tail(text: str, n: int = 6, width: int = 400) -> str:
@@ -170,23 +161,15 @@ def probe(impl: Impl, tmp_root: str) -> None:
             "print(json.dumps({'file': msprobe.__file__, 'version': v}))\n")
     cwd = tempfile.mkdtemp(prefix="dump_bench_probe_", dir=tmp_root)
     try:
-        r = subprocess.run([str(impl.python), *impl.py_flags, "-c", code], cwd=cwd, env=impl.env,
-                           capture_output=True, text=True, timeout=300)
-    except subprocess.TimeoutExpired:
-        impl.error = "import failed: timeout"
-        return
+        r = harness.run([str(impl.python), *impl.py_flags, "-c", code], cwd=cwd, env=impl.env, timeout=300)
     finally:
         shutil.rmtree(cwd, ignore_errors=True)
-    info = None
-    for line in reversed(r.stdout.splitlines()):
-        if line.startswith("{"):
-            try:
-                info = json.loads(line)
-                break
-            except ValueError:
-                pass
-    if r.returncode != 0 or info is None:
-        impl.error = "import failed: " + (_tail(r.stderr, 1) or f"exit {r.returncode}")
+    if r.rc == "timeout":
+        impl.error = "import failed: timeout"
+        return
+    info = harness.json_line(r.stdout)
+    if r.rc != 0 or info is None:
+        impl.error = "import failed: " + (_tail(r.stderr, 1) or f"exit {r.rc}")
         return
     impl.module_file, impl.version = info["file"], info["version"]
     err = _wrong_module(impl, impl.module_file)
@@ -256,26 +239,10 @@ def run_one(impl: Impl, config: str | None, model: str, steps: int, warmup: int,
                 cmd += ["--baseline"]
             if floor:
                 cmd += ["--floor"]   # same-process A/B: the off ratio is not blurred by process-to-process noise
-        out_f, err_f = os.path.join(tmp, "stdout.log"), os.path.join(tmp, "stderr.log")
-        t0 = time.monotonic()
-        try:
-            with open(out_f, "w") as fo, open(err_f, "w") as fe:
-                rc = subprocess.run(cmd, cwd=tmp, env=impl.env, stdout=fo, stderr=fe, timeout=timeout).returncode
-        except subprocess.TimeoutExpired:
-            rc = f"timeout after {timeout:g} s"
-        wall = time.monotonic() - t0
-        with open(out_f, errors="replace") as f:
-            out = f.read()
-        with open(err_f, errors="replace") as f:
-            err = f.read()
-        res = None
-        for line in reversed(out.splitlines()):
-            if line.startswith('{"dump_bench"'):
-                try:
-                    res = json.loads(line)
-                except ValueError:
-                    pass
-                break
+        r = harness.run(cmd, cwd=tmp, env=impl.env, timeout=timeout)
+        rc = f"timeout after {timeout:g} s" if r.rc == "timeout" else r.rc
+        wall, out, err = r.secs, r.stdout, r.stderr
+        res = harness.json_line(out, '{"dump_bench"')
         if rc != 0 or res is None:
             return {"ok": False, "error": (f"exit {rc}: " if isinstance(rc, int) else f"{rc}: ") + (_tail(err) or _tail(out) or "no output"), "wall_s": wall}
         bad = _wrong_module(impl, res.get("msprobe_file"))
@@ -352,13 +319,6 @@ def model_table(model: str, configs: list, impls: list, res: dict) -> tuple:
                      f" {GOAL_TEXT[c]} | {verdict} |".replace(f" | {ratio_s} |", f" | {mult} | {ratio_s} |", 1))
         verdicts.append((f"{model} {c}", ok))
     return lines, verdicts
-
-
-def _load() -> str:
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "?"
 
 
 def kept_sections(path: Path, models_run: list) -> dict:

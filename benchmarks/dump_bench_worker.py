@@ -13,7 +13,7 @@ and prints, as the last line of stdout, one JSON object starting with ``{"dump_b
 step time in ms, wall clock and process CPU time (all threads), which msprobe was imported and from where).  Whatever msprobe prints goes to the same
 stdout/stderr; the parent keeps only the JSON line (and the stderr tail on failure).
 
-The worker does not touch sys.path: which msprobe it imports is decided by the interpreter and PYTHONPATH the
+The worker does not touch sys.path (it imports benchmarks/harness.py from its own folder): which msprobe it imports is decided by the interpreter and PYTHONPATH the
 parent gives it (the reference venvs run it from a directory outside the repository without PYTHONPATH, ours
 with PYTHONPATH=<repo root>).  The model classes are copied from
 shared/fixtures/reference/_gen/models.py (TinyTransformer, as built by ``models.build("transformer", ...)``) so
@@ -30,6 +30,8 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from harness import time_steps  # benchmarks/harness.py, next to this file (sys.path[0] of a script)
 
 # ---------------------------------------------------------------------------------------------------------------------
 # model (copy of shared/fixtures/reference/_gen/models.py: Attention, Block, TinyTransformer, build("transformer"))
@@ -278,18 +280,13 @@ def main():
         return loss
 
     def run_steps(dbg):
-        times, cpu_times = [], []
-        loss = None
-        for i in range(a.warmup + a.steps):
-            c0 = time.process_time()
-            t0 = time.perf_counter()
-            loss = one_step(dbg)
-            dt = time.perf_counter() - t0
-            dc = time.process_time() - c0
-            if i >= a.warmup:
-                times.append(dt * 1000.0)
-                cpu_times.append(dc * 1000.0)
-        return times, cpu_times, loss
+        last = [None]
+
+        def step():
+            last[0] = one_step(dbg)
+
+        times, cpu_times = time_steps(step, a.steps, a.warmup)
+        return times, cpu_times, last[0]
 
     baseline = None
     if a.baseline:

@@ -22,16 +22,15 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from machine import machine_line  # noqa: E402
+import harness  # noqa: E402
+from harness import machine_line  # noqa: E402
 from refvenv import portable, ref_venv_or_missing  # noqa: E402
 
 RESULTS = HERE / "free_benchmark_results.md"
@@ -61,9 +60,8 @@ def worker(args) -> None:
     if args.config:
         from msprobe.pytorch import PrecisionDebugger
         dbg = PrecisionDebugger(config_path=args.config)
-    times = []
-    for i in range(args.warmup + args.steps):
-        t0 = time.perf_counter()
+
+    def step():
         if dbg:
             dbg.start(model)
         opt.zero_grad()
@@ -74,8 +72,8 @@ def worker(args) -> None:
         opt.step()
         if dbg:
             dbg.step()
-        if i >= args.warmup:
-            times.append((time.perf_counter() - t0) * 1000)
+
+    times, _ = harness.time_steps(step, args.steps, args.warmup)
     import msprobe
     print(json.dumps({"fb_bench": 1, "median_ms": statistics.median(times), "times": times,
                       "msprobe": getattr(msprobe, "__file__", None) if args.config else None}))
@@ -92,19 +90,18 @@ def run_one(python, env, flags, model, config, tmp, port):
             json.dump({"task": "free_benchmark", "dump_path": dump, "level": "L1", "rank": [], "step": [],
                        "free_benchmark": config}, fh)
         cmd += ["--config", cfg_path]
-    proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=3600)
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith('{"fb_bench"'):
-            res = json.loads(line)
-            if config is not None:
-                rows = 0
-                for dirpath, _d, files in os.walk(os.path.join(tmp, f"dump{port}")):
-                    if "free_benchmark.csv" in files:
-                        with open(os.path.join(dirpath, "free_benchmark.csv"), encoding="utf-8-sig") as fh:
-                            rows += max(sum(1 for _ in fh) - 1, 0)
-                res["rows"] = rows
-            return res
-    return {"error": (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]}
+    proc = harness.run(cmd, cwd=tmp, env=env, timeout=3600)
+    res = harness.json_line(proc.stdout, '{"fb_bench"')
+    if res is None:
+        return {"error": harness.last_line(proc.stderr or proc.stdout) or ["no output"]}
+    if config is not None:
+        rows = 0
+        for dirpath, _d, files in os.walk(os.path.join(tmp, f"dump{port}")):
+            if "free_benchmark.csv" in files:
+                with open(os.path.join(dirpath, "free_benchmark.csv"), encoding="utf-8-sig") as fh:
+                    rows += max(sum(1 for _ in fh) - 1, 0)
+        res["rows"] = rows
+    return res
 
 
 def main(argv=None) -> int:
@@ -124,8 +121,7 @@ def main(argv=None) -> int:
     if args.worker:
         worker(args)
         return 0
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON") and k != "VIRTUAL_ENV"}
-    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env = harness.clean_env()
     ours_env = dict(env, PYTHONPATH=f"{ROOT}{os.pathsep}{HERE}")
     ref_env = dict(env, PYTHONPATH=str(HERE))
     our_py = ROOT / ".venv" / "bin" / "python"
@@ -190,8 +186,7 @@ def main(argv=None) -> int:
     text = "\n".join(lines)
     print(text)
     if not args.no_write:
-        head = RESULTS.read_text().split("<!-- results -->")[0] if RESULTS.exists() else "# free_benchmark step time\n\n"
-        RESULTS.write_text(head.rstrip() + "\n\n<!-- results -->\n" + text + "\n")
+        harness.write_section(RESULTS, text + "\n", "<!-- results -->", title="# free_benchmark step time")
     return 0 if ok else 1
 
 

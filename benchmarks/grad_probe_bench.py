@@ -26,10 +26,8 @@ import argparse
 import datetime
 import importlib.util
 import json
-import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,6 +36,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RESULTS = HERE / "grad_probe_results.md"
+sys.path.insert(0, str(HERE))
+import harness  # noqa: E402
 
 
 # ------------------------------------------------------------------------------------------------ worker
@@ -59,21 +59,7 @@ def worker(a) -> None:
         F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1)).backward()
         opt.step()
 
-    cpu = {}
-
-    def timed(n, key=None):
-        out = []
-        c0 = time.process_time()
-        for _ in range(n):
-            t0 = time.perf_counter()
-            one()
-            out.append((time.perf_counter() - t0) * 1000.0)
-        if key:
-            cpu[key] = time.process_time() - c0
-        return out
-
-    timed(a.warmup)
-    base = timed(a.steps, "base")
+    base, base_cpu = harness.time_steps(one, a.steps, a.warmup)
     info = {}
     if a.impl != "none":
         cfg = Path(a.tmp) / "cfg.json"
@@ -88,31 +74,21 @@ def worker(a) -> None:
         info["msprobe_file"] = msprobe.__file__
         dbg = PrecisionDebugger(str(cfg))
         dbg.monitor(model)
-        timed(a.warmup)
-        c0 = time.process_time()
-        probe = timed(a.steps)
-        t0 = time.perf_counter()
+        probe, probe_cpu = harness.time_steps(one, a.steps, a.warmup)
+        c0, t0 = time.process_time(), time.perf_counter()
         svc = getattr(dbg, "service", None)
         if svc is not None and hasattr(svc, "monitor_"):     # ours: drain the background writer
             svc.monitor_.wait()
         drain = (time.perf_counter() - t0) * 1000.0
-        info["probe_cpu"] = (time.process_time() - c0) * 1000.0 / len(probe)
+        info["probe_cpu"] = (sum(probe_cpu) + (time.process_time() - c0) * 1000.0) / len(probe)
         info.update(probe_mean=(sum(probe) + drain) / len(probe), probe_median=statistics.median(probe),
                     drain_ms=drain)
     info.update(base_mean=statistics.mean(base), base_median=statistics.median(base),
-                base_cpu=cpu["base"] * 1000.0 / len(base))
+                base_cpu=sum(base_cpu) / len(base))
     print("GPBENCH " + json.dumps(info), flush=True)
 
 
 # ------------------------------------------------------------------------------------------------ parent
-
-def _env(ours: bool) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON") and k != "VIRTUAL_ENV"}
-    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    if ours:
-        env["PYTHONPATH"] = str(ROOT)
-    return env
-
 
 def run_one(python: Path, impl: str, every: int, a) -> dict:
     tmp = tempfile.mkdtemp(prefix="gp_bench_")
@@ -120,11 +96,12 @@ def run_one(python: Path, impl: str, every: int, a) -> dict:
         flags = [] if impl == "ours" else ["-E"]
         cmd = [str(python), *flags, str(Path(__file__).resolve()), "--worker", "--impl", impl, "--every", str(every),
                "--steps", str(a.steps), "--warmup", str(a.warmup), "--tmp", tmp]
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp, env=_env(impl == "ours"), timeout=1800)
-        line = [ln for ln in proc.stdout.splitlines() if ln.startswith("GPBENCH ")]
-        if proc.returncode != 0 or not line:
-            return {"error": (proc.stderr.strip().splitlines() or ["?"])[-1][:300]}
-        return json.loads(line[-1][8:])
+        env = harness.clean_env(PYTHONPATH=ROOT) if impl == "ours" else harness.clean_env()
+        proc = harness.run(cmd, cwd=tmp, env=env, timeout=1800)
+        res = harness.json_line(proc.stdout, "GPBENCH ")
+        if not proc.ok or res is None:
+            return {"error": (harness.last_line(proc.stderr) or ["?"])[-1][:300]}
+        return res
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -145,8 +122,6 @@ def main(argv=None) -> int:
         a.every = int(a.every)
         worker(a)
         return 0
-    sys.path.insert(0, str(HERE))
-    from machine import machine_line
     from refvenv import portable, ref_venv_or_missing
 
     ours_py = ROOT / ".venv" / "bin" / "python"
@@ -172,7 +147,7 @@ def main(argv=None) -> int:
     lines = ["# grad_probe step-time overhead (benchmarks/grad_probe_bench.py)", "",
              f"Run {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}: "
              f"`{' '.join(['benchmarks/grad_probe_bench.py'] + (argv if argv is not None else sys.argv[1:]))}`", "",
-             machine_line(), "",
+             harness.machine_line(), "",
              "d256 TinyTransformer (4 blocks, d=256, seq 128, batch 2, SGD, 1 thread), grad_level L1, all parameters. "
              "Each row is one fresh process: `no tool` = the same process's steps before the debugger was built; "
              "`with probe` = mean ms/step with grad_probe on (ours: + draining its writer thread); "
@@ -210,12 +185,7 @@ def main(argv=None) -> int:
     text = "\n".join(lines) + "\n"
     print(text)
     if not a.no_write:
-        keep = ""
-        if RESULTS.exists():
-            old = RESULTS.read_text()
-            marker = "\n## Notes"
-            keep = old[old.index(marker):] if marker in old else ""
-        RESULTS.write_text(text + keep)
+        harness.write_section(RESULTS, text, end="\n## Notes")   # the notes below the table stay
     return 0 if all(verdicts) else 1
 
 

@@ -30,16 +30,15 @@ import datetime
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from machine import machine_line  # noqa: E402
+import harness  # noqa: E402
+from harness import machine_line  # noqa: E402
 from refvenv import portable, ref_venv_or_missing  # noqa: E402
 
 OPS = ["min", "max", "norm", "zeros", "nans", "mean"]
@@ -79,27 +78,12 @@ def worker(args):
         opt.step()
         opt.zero_grad()
         return loss.item()
-    for _ in range(args.warmup):
-        step()
-    times, cpu = [], []
-    for _ in range(args.steps):
-        t0, c0 = time.perf_counter(), time.process_time()
-        step()
-        times.append((time.perf_counter() - t0) * 1000)
-        cpu.append((time.process_time() - c0) * 1000)
+    times, cpu = harness.time_steps(step, args.steps, args.warmup)
     info.update(monitor_bench=1, wall_ms=sum(times) / len(times), cpu_ms=sum(cpu) / len(cpu), times=times)
     print(json.dumps(info))
 
 
 # ------------------------------------------------------------------------------------------------ parent
-def _env(ours):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON") and k != "VIRTUAL_ENV"}
-    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    if ours:
-        env["PYTHONPATH"] = str(ROOT)
-    return env
-
-
 def run_one(python, flags, env, cfg_interval, args, tmp):
     work = tempfile.mkdtemp(prefix="monitor_bench_", dir=tmp)
     try:
@@ -111,11 +95,9 @@ def run_one(python, flags, env, cfg_interval, args, tmp):
                 json.dump(monitor_config(cfg_interval), f)
             cmd += ["--config", path]
         env = dict(env, MONITOR_OUTPUT_DIR=os.path.join(work, "monitor_output"))
-        r = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=1800)
-        for line in reversed(r.stdout.splitlines()):
-            if line.startswith('{"') and '"monitor_bench": 1' in line:
-                return json.loads(line)
-        return {"error": (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]}
+        r = harness.run(cmd, cwd=work, env=env, timeout=1800)
+        res = harness.json_line(r.stdout, '{"', '"monitor_bench": 1')
+        return res if res is not None else {"error": harness.last_line(r.stderr or r.stdout) or ["no output"]}
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -141,12 +123,12 @@ def main(argv=None):
         p.error("--steps must be a multiple of 10 (the every-10 config collects one step in ten)")
     ours_py = ROOT / ".venv" / "bin" / "python"
     ours_py = ours_py if ours_py.exists() else Path(sys.executable)
-    impls = {"ours": (ours_py, [], _env(True))}
+    impls = {"ours": (ours_py, [], harness.clean_env(PYTHONPATH=ROOT))}
     ref = Path(args.ref8) if args.ref8 else ref_venv_or_missing("venv833", "MSPROBE_REF8")
     notes = []
     if "ref8" in args.impls.split(","):
         if (ref / "bin" / "python").exists():
-            impls["ref8"] = (ref / "bin" / "python", ["-E"], _env(False))
+            impls["ref8"] = (ref / "bin" / "python", ["-E"], harness.clean_env())
         else:
             notes.append(f"8.3.3: no venv at {portable(ref)}")
     head = machine_line()

@@ -7,13 +7,13 @@ Prints one JSON line: {"times": [seconds per step, ...]}. A step is start(net), 
 import json
 import os
 import sys
-import time
 
 import mindspore as ms
 from mindspore import mint, ops
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "mindspore"))
 from ms_model import Net, inputs, training_step_fn  # noqa: E402  the test network
+from harness import time_steps  # noqa: E402  benchmarks/harness.py, next to this file
 
 impl, level, steps, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 ms.set_context(mode=ms.PYNATIVE_MODE)
@@ -37,9 +37,9 @@ ms.set_seed(1)
 net = Net()
 gf, opt = training_step_fn(net)
 x, y = inputs()
-times = []
-for i in range(steps):
-    t0 = time.perf_counter()
+
+
+def step():
     if debugger is not None:
         debugger.start(net)
     loss, grads = gf(x, y)
@@ -48,5 +48,7 @@ for i in range(steps):
     if debugger is not None:
         debugger.stop()
         debugger.step()
-    times.append(time.perf_counter() - t0)
+
+
+times = [t / 1000.0 for t in time_steps(step, steps)[0]]  # seconds
 sys.stdout.write(json.dumps({"times": times}) + "\n")

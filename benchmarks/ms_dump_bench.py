@@ -11,17 +11,16 @@ The reference needs `mindspore.mint.norm = ops.norm` on CPU (no LinalgVectorNorm
 the worker applies that shim for it. Each dump goes to a fresh folder under --out.
 """
 import argparse
-import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 WORKER = os.path.join(HERE, "ms_bench_worker.py")
 sys.path.insert(0, HERE)
+import harness  # noqa: E402
 from refvenv import ref_venv_or_missing  # noqa: E402
 
 WARMUP = 3
@@ -30,12 +29,10 @@ WARMUP = 3
 def run(py, impl, level, steps, out, cwd, env):
     if os.path.exists(out):
         shutil.rmtree(out)
-    res = subprocess.run([py, WORKER, impl, level, str(steps), out], capture_output=True, text=True, cwd=cwd,
-                         env=env, timeout=1800)
-    if res.returncode != 0:
+    res = harness.run([py, WORKER, impl, level, str(steps), out], cwd=cwd, env=env, timeout=1800)
+    if not res.ok:
         raise RuntimeError(f"{py} {impl} {level} failed:\n{res.stderr[-3000:]}")
-    line = [ln for ln in res.stdout.splitlines() if ln.startswith("{")][-1]
-    times = json.loads(line)["times"][WARMUP:]
+    times = harness.json_line(res.stdout)["times"][WARMUP:]
     return statistics.median(times)
 
 
