@@ -74,7 +74,8 @@ setup(
         # the training monitor's format 'tensorboard' and `msprobe csv2tensorboard` (a clear error without it)
         "tensorboard": ["tensorboard"],
         # transformers: tests/real_models builds tiny models from configs (no download). torchvision is not listed:
-        # its registry wheel is built for CUDA torch and does not load with the 2.13.0 CPU wheel.
+        # it must come after the CPU torch without dependencies (the Makefile installs torchvision==0.28.0 with
+        # --no-deps); its wheel's _C extension is built for CUDA torch, tests/tvmodels.py imports the models without it.
         "test": ["pytest", "hypothesis", "pandas", "openpyxl", "tensorboard", "tb-graph-ascend", "transformers>=4.46",
                  "matplotlib", "ray"],
     },

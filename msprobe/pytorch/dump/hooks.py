@@ -1184,11 +1184,17 @@ class Hooks:
             node.register_hook(inner_hook(slots))
 
     def _on_grad(self, t, slot, fn, gen):
-        """One tensor hook per tensor per step; consumers' input-grad handlers run before producers'
-        output-grad handlers, so a module's backward ends before the one feeding it begins."""
+        """One tensor hook per tensor value per step; consumers' input-grad handlers run before producers'
+        output-grad handlers, so a module's backward ends before the one feeding it begins.
+
+        A tensor hook belongs to the node that made the tensor when it was registered: after an in-place op
+        (``nn.ReLU(inplace=True)`` returns its input, now made by ``ReluBackward``) the hook registered before
+        it gets the gradient of the overwritten value. So the entry is per (step, node): a module returning
+        the tensor after an in-place op gets a hook of its own, on the new node."""
+        node = id(t.grad_fn)
         entry = getattr(t, "_msprobe_grad_hooks", None)
-        if entry is None or entry[0] != gen:
-            entry = [gen, [], []]
+        if entry is None or entry[0] != gen or entry[3] != node:
+            entry = [gen, [], [], node]
             try:
                 t._msprobe_grad_hooks = entry
             except Exception:
