@@ -275,7 +275,6 @@ def main(argv=None) -> int:
             name = f"scale: {tool} builds a {info.get('graph_nodes'):,}-node graph"
             goals.append((name, "PASS" if o is not None else "FAIL",
                           f"{o['secs']:.2f} s, peak {peak(o):.0f} MB" if o is not None else "run failed"))
-    goal_lines = ["| goal | verdict | measured |", "|---|---|---|"] + [f"| {n} | **{v}** | {d} |" for n, v, d in goals]
 
     if results:
         worst = max(results.values(), key=lambda r: r["sampler_cpu"])
@@ -311,16 +310,9 @@ def main(argv=None) -> int:
         "peak ratio = ours / 8.3.3. Nodes: tb_nodes rows per data_source (NPU / Bench) of a .vis.db, `node` "
         "entries of a .vis.",
         "",
-        table,
-        "",
-        *goal_lines,
-        "",
-        "Checks:",
-        "",
-        *[f"- {c}" for c in checks],
-        *[f"- FAILURE: {f.splitlines()[0]}" + (f" (last log line: `{f.strip().splitlines()[-1].strip()}`)"
-                                                 if len(f.strip().splitlines()) > 2 else "") for f in failures],
-        *([""] + ["Notes:", ""] + [f"- {n}" for n in notes] if notes else []),
+        *harness.report_block(table, goals, checks, [
+            f.splitlines()[0] + (f" (last log line: `{f.strip().splitlines()[-1].strip()}`)"
+                                 if len(f.strip().splitlines()) > 2 else "") for f in failures], notes),
         "",
         "Commands, from the repository root (`OUT` = a fresh empty dir for every run):",
         "",

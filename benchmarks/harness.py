@@ -355,6 +355,14 @@ def last_line(text: str) -> list:
     return text.strip().splitlines()[-1:]
 
 
+def report_block(table: str, goals: list, checks: list, failures: list, notes: list) -> list:
+    """The lines of a comparison report after its method: the table, the goals (name, verdict, measured), the
+    checks with one ``FAILURE`` line per failure, and the notes when there are any."""
+    return [table, "", "| goal | verdict | measured |", "|---|---|---|",
+            *[f"| {n} | **{v}** | {d} |" for n, v, d in goals], "", "Checks:", "", *[f"- {c}" for c in checks],
+            *[f"- FAILURE: {f}" for f in failures], *(["", "Notes:", ""] + [f"- {n}" for n in notes] if notes else [])]
+
+
 def remove_subdirs(folder: Path) -> None:
     """Delete the folders inside ``folder`` (the runs' outputs), keep its files (the logs)."""
     for p in Path(folder).iterdir():

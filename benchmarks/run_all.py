@@ -307,7 +307,6 @@ def main(argv=None) -> int:
             goal(name, worst[0] < 0.5, f"slower of ours: {worst[1]} {worst[0]:.3f} s")
         else:
             goals.append((name, "n/a", "not measured"))
-    goal_lines = ["| goal | verdict | measured |", "|---|---|---|"] + [f"| {n} | **{v}** | {d} |" for n, v, d in goals]
 
     # --- inputs ---
     inp = []
@@ -345,15 +344,7 @@ def main(argv=None) -> int:
         "",
         *inp,
         "",
-        table,
-        "",
-        *goal_lines,
-        "",
-        "Checks:",
-        "",
-        *[f"- {c}" for c in checks],
-        *([f"- FAILURE: {f.splitlines()[0]}" for f in failures]),
-        *([""] + ["Notes:", ""] + [f"- {n}" for n in notes] if notes else []),
+        *harness.report_block(table, goals, checks, [f.splitlines()[0] for f in failures], notes),
         "",
         "Commands, from the repository root (the `-o` dir is fresh and empty for every run"
         + (f"; the 8.3.3 compare.json holds npu_path, bench_path, stack_path and is_print_compare_log, e.g. "
