@@ -33,9 +33,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import math
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -43,8 +41,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gen_inputs import (BF16, F16, F32, I64, S, STAT_CFG, Builder, T, layer_dtypes, leaves,  # noqa: E402
-                        linear, mlp, number_leaves, rmsnorm, round_to, stack_and_construct, value_reps)
+from gen_inputs import (F32, I64, S, STAT_CFG, Builder, T, json_float, add_specials, base_stats,  # noqa: E402
+                        decoder, embed_and_mask, encode, generate_fresh, layers_to_reach, linear, loss_and_backward,
+                        number_leaves, perturb_outputs, rotary, side_rows, stack_and_construct, up_to_date,
+                        value_reps, write_json, write_text)
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_BASE = ROOT / "bench_work" / "graph"
@@ -60,30 +60,8 @@ class GraphBuilder(Builder):
     """gen_inputs.Builder with 8.3.3's backward order and module backward records without input gradients."""
 
     def backward(self):
-        def grad_of(x):
-            if isinstance(x, T):
-                return x.like(rg=False) if (x.rg and x.gdt != I64) else None
-            if isinstance(x, list):
-                gs = [grad_of(e) for e in x]
-                return gs if any(g is not None for g in gs) else None
-            return None
-
-        pre = []  # (name, entry, parent, is_module) in reversed forward order = pre-order of the backward tree
-        for base, kind, args, outs, parent in reversed(self.fwd_log):
-            # backward runs only through outputs that require a gradient
-            ins = [o.like(rg=False) for o in outs if isinstance(o, T) and o.rg and o.gdt != I64]
-            if not ins:
-                continue
-            outg = [grad_of(a) for a in args]
-            par = parent.replace(".forward.", ".backward.") if parent else None
-            if kind == "api":
-                if all(g is None for g in outg):
-                    continue
-                pre.append((f"{base}.backward", {"input": ins, "output": outg}, par, False))
-            else:
-                # 8.3.3 records a module's backward even when none of its inputs needs a gradient ("output": [])
-                outg = [] if all(g is None for g in outg) else outg
-                pre.append((base.format(dir="backward"), {"input": ins, "output": outg}, par, True))
+        # (name, entry, parent, is_module) in reversed forward order = pre-order of the backward tree
+        pre = list(self.backward_records(graph=True))
         # a module's backward hook fires after the backward of everything inside it: emit modules post-order
         done = {n for n, *_ in pre}
         pending: list = []
@@ -109,97 +87,32 @@ class GraphBuilder(Builder):
             emit(*pending.pop())
 
 
-def attention(b: Builder, path: str, x: T, mask: T, cfg: dict, act_dt, layer: int):
-    """LlamaAttention with the shared ``model.rotary_emb`` module called from inside (forward.<layer>)."""
-    B, Sq, H = x.shape
-    nh = cfg["heads"]
-    hd = H // nh
-    h = b.module_begin(path, "LlamaAttention")
-    q = linear(b, f"{path}.q_proj", x, H, act_dt, cfg["qkv_bias"], "attn.q_proj")
-    k = linear(b, f"{path}.k_proj", x, H, act_dt, cfg["qkv_bias"], "attn.k_proj")
-    v = linear(b, f"{path}.v_proj", x, H, act_dt, cfg["qkv_bias"], "attn.v_proj")
-    heads = []
-    for nm, t in (("q", q), ("k", k), ("v", v)):
-        t = b.api("Tensor.view", [t, S("int", B), S("int", Sq), S("int", nh), S("int", hd)],
-                  [T([B, Sq, nh, hd], *act_dt)], site=f"attn.view_{nm}")
-        t = b.api("Tensor.transpose", [t, S("int", 1), S("int", 2)], [T([B, nh, Sq, hd], *act_dt)],
-                  site=f"attn.transpose_{nm}")
-        heads.append(t)
-    q, k, v = heads
-    hr = b.module_begin("model.rotary_emb", "LlamaRotaryEmbedding")
-    pos = T([1, Sq], I64, rg=False)
-    freqs = b.api("Torch.matmul", [T([1, hd // 2, 1], F32, rg=False), T([1, 1, Sq], F32, rg=False)],
-                  [T([1, hd // 2, Sq], F32, rg=False)], site="rope.freqs", grad=False)
-    emb = b.api("Torch.cat", [[freqs, freqs], S("int", -1)], [T([1, Sq, hd], F32, rg=False)], site="rope.cat",
-                grad=False)
-    cos = b.api("Torch.cos", [emb], [T([1, Sq, hd], act_dt[0], act_dt[1], rg=False)], site="rope.cos", grad=False)
-    sin = b.api("Torch.sin", [emb], [T([1, Sq, hd], act_dt[0], act_dt[1], rg=False)], site="rope.sin", grad=False)
-    b.module_end(hr, [v, pos], [cos, sin], None, site="module:rotary_emb")
-    for nm in ("q", "k"):
-        t = q if nm == "q" else k
-        half = t.shape[:-1] + [t.shape[-1] // 2]
-        x1, x2 = b.api("Torch.chunk", [t, S("int", 2)], [T(half, t.gdt, t.tdt), T(half, t.gdt, t.tdt)],
-                       {"dim": S("int", -1)}, site=f"rope_{nm}.chunk")
-        nx2 = b.api("Tensor.__neg__", [x2], [x2.like()], site=f"rope_{nm}.neg")
-        rot = b.api("Torch.cat", [[nx2, x1]], [t.like()], {"dim": S("int", -1)}, site=f"rope_{nm}.cat")
-        a = b.api("Tensor.__mul__", [t, cos], [t.like()], site=f"rope_{nm}.mulcos")
-        c = b.api("Tensor.__mul__", [rot, sin], [t.like()], site=f"rope_{nm}.mulsin")
-        t = b.api("Tensor.__add__", [a, c], [t.like()], site=f"rope_{nm}.add")
-        if nm == "q":
-            q = t
-        else:
-            k = t
-    kt = b.api("Tensor.transpose", [k, S("int", 2), S("int", 3)], [T([B, nh, hd, Sq], *act_dt)], site="attn.kt")
-    sc = b.api("Torch.matmul", [q, kt], [T([B, nh, Sq, Sq], *act_dt)], site="attn.qk")
-    sc = b.api("Tensor.__truediv__", [sc, S("float", math.sqrt(hd))], [sc.like()], site="attn.scale")
-    sc = b.api("Tensor.__add__", [sc, mask], [sc.like()], site="attn.mask")
-    pr = b.api("Functional.softmax", [sc], [T(sc.shape, F32)], {"dim": S("int", -1), "dtype": S("torch.dtype", F32)},
-               site="attn.softmax")
-    pr = b.api("Tensor.to", [pr, S("torch.dtype", act_dt[0])], [sc.like()], site="attn.to")
-    pr = b.api("Functional.dropout", [pr], [pr.like()], {"p": S("float", 0.0), "training": S("bool", False),
-                                                         "inplace": S("bool", False)}, site="attn.dropout")
-    o = b.api("Torch.matmul", [pr, v], [T([B, nh, Sq, hd], *act_dt)], site="attn.pv")
-    o = b.api("Tensor.transpose", [o, S("int", 1), S("int", 2)], [T([B, Sq, nh, hd], *act_dt)], site="attn.transpose_o")
-    o = b.api("Tensor.reshape", [o, S("int", B), S("int", Sq), S("int", H)], [T([B, Sq, H], *act_dt)],
-              site="attn.reshape")
-    o = linear(b, f"{path}.o_proj", o, H, act_dt, False, "attn.o_proj")
-    return b.module_end(h, [], [o], None, {"hidden_states": x, "attention_mask": mask}, site="module:attn")
+def shared_rope(b: Builder, seq: int):
+    """rope(q, k, v) for ``attention``: the shared ``model.rotary_emb`` module called from inside each attention
+    (forward.<layer>), then the rotation of q and k."""
+    def rope(q: T, k: T, v: T):
+        hd = q.shape[-1]
+        hr = b.module_begin("model.rotary_emb", "LlamaRotaryEmbedding")
+        pos = T([1, seq], I64, rg=False)
+        freqs = b.api("Torch.matmul", [T([1, hd // 2, 1], F32, rg=False), T([1, 1, seq], F32, rg=False)],
+                      [T([1, hd // 2, seq], F32, rg=False)], site="rope.freqs", grad=False)
+        emb = b.api("Torch.cat", [[freqs, freqs], S("int", -1)], [T([1, seq, hd], F32, rg=False)], site="rope.cat",
+                    grad=False)
+        act = (q.gdt, q.tdt)
+        cos = b.api("Torch.cos", [emb], [T([1, seq, hd], *act, rg=False)], site="rope.cos", grad=False)
+        sin = b.api("Torch.sin", [emb], [T([1, seq, hd], *act, rg=False)], site="rope.sin", grad=False)
+        b.module_end(hr, [v, pos], [cos, sin], None, site="module:rotary_emb")
+        return rotary(b, q, cos, sin, "rope_q", sep="."), rotary(b, k, cos, sin, "rope_k", sep=".")
+
+    return rope
 
 
 def build_model(layers: int, cfg: dict = STAT_CFG) -> GraphBuilder:
     b = GraphBuilder()
-    B, Sq, H, V = cfg["batch"], cfg["seq"], cfg["hidden"], cfg["vocab"]
-    ids = T([B, Sq], I64, rg=False)
+    B, Sq, V = cfg["batch"], cfg["seq"], cfg["vocab"]
     hmod = b.module_begin("model", "LlamaModel")
-    he = b.module_begin("model.embed_tokens", "Embedding")
-    wte = T([V, H], F32)
-    x = b.api("Functional.embedding", [ids, wte], [T([B, Sq, H], F32)],
-              {"padding_idx": S("int", 0), "scale_grad_by_freq": S("bool", False), "sparse": S("bool", False)},
-              site="embedding")
-    x = b.module_end(he, [ids], [x], {"weight": wte}, site="module:embedding")
-    b.api("Torch.arange", [S("int", 0), S("int", Sq)], [T([Sq], I64, rg=False)], {"device": S("str", "cpu")},
-          site="arange", grad=False)
-    mask = b.api("Torch.full", [[S("int", Sq), S("int", Sq)], S("float", float("-inf"))], [T([Sq, Sq], F32, rg=False)],
-                 site="mask", grad=False)
-    mask = b.api("Torch.triu", [mask], [mask.like()], {"diagonal": S("int", 1)}, site="triu", grad=False)
-    mask = b.api("Tensor.expand", [mask, S("int", 1), S("int", 1), S("int", Sq), S("int", Sq)],
-                 [T([1, 1, Sq, Sq], F32, rg=False)], site="mask_expand", grad=False)
-    for i in range(layers):
-        dt = layer_dtypes(i)
-        if dt[0] != x.gdt or dt[1] != x.tdt:
-            x = b.api("Tensor.to", [x, S("torch.dtype", dt[0])], [T(x.shape, *dt)], site="layer.cast")
-        path = f"model.layers.{i}"
-        hl = b.module_begin(path, "LlamaDecoderLayer")
-        x_in = x
-        h = rmsnorm(b, f"{path}.input_layernorm", x, dt, "input_layernorm")
-        a = attention(b, f"{path}.self_attn", h, T(mask.shape, F32, rg=False), cfg, dt, i)
-        x = b.api("Tensor.__add__", [x_in, a], [x_in.like()], site="layer.residual1")
-        h = rmsnorm(b, f"{path}.post_attention_layernorm", x, dt, "post_attention_layernorm")
-        m = mlp(b, f"{path}.mlp", h, cfg, dt)
-        x = b.api("Tensor.__add__", [x, m], [x.like()], site="layer.residual2")
-        x = b.module_end(hl, [x_in], [x], None, {"attention_mask": T(mask.shape, F32, rg=False),
-                                                  "position_ids": T([1, Sq], I64, rg=False)}, site="module:layer")
-    x = rmsnorm(b, "model.norm", x, (x.gdt, x.tdt), "final_norm")
+    ids, x, mask = embed_and_mask(b, cfg)
+    x = decoder(b, x, mask, cfg, layers, shared_rope(b, Sq))
     x = b.module_end(hmod, [ids], [x], None, {"attention_mask": T([B, Sq], I64, rg=False)}, site="module:model")
     # top level: lm_head, then the loss APIs between modules
     logits = linear(b, "lm_head", x, V, (F32, F32), False, "lm_head")
@@ -207,13 +120,7 @@ def build_model(layers: int, cfg: dict = STAT_CFG) -> GraphBuilder:
     sh = b.api("Tensor.__getitem__", [lg, S("slice", [None, -1, None])], [T([B, Sq - 1, V], F32)], site="loss.shift")
     sh = b.api("Tensor.contiguous", [sh], [sh.like()], site="loss.contiguous")
     sh = b.api("Tensor.view", [sh, S("int", -1), S("int", V)], [T([B * (Sq - 1), V], F32)], site="loss.view")
-    labels = T([B * (Sq - 1)], I64, rg=False)
-    loss = b.api("Functional.cross_entropy", [sh, labels], [T([], F32)],
-                 {"ignore_index": S("int", -100), "reduction": S("str", "mean"), "label_smoothing": S("float", 0.0)},
-                 site="loss")
-    b.api("Torch.ones_like", [loss], [loss.like(rg=False)],
-          {"memory_format": {"type": "torch.memory_format", "format": "preserve_format"}}, site="ones_like", grad=False)
-    b.backward()
+    loss_and_backward(b, sh, T([B * (Sq - 1)], I64, rg=False))
     return b
 
 
@@ -241,9 +148,7 @@ def graph_counts(b: Builder) -> dict:
 
 
 def layers_for(nodes: int) -> int:
-    c1 = graph_counts(build_model(1))["graph_nodes"]
-    c2 = graph_counts(build_model(2))["graph_nodes"]
-    return max(1, 1 + math.ceil((nodes - c1) / (c2 - c1)))
+    return layers_to_reach(nodes, lambda layers: graph_counts(build_model(layers))["graph_nodes"])
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -252,56 +157,6 @@ def layers_for(nodes: int) -> int:
 
 def forward_apis(b: Builder) -> list:
     return [n for n in b.data if n.endswith(".forward") and not n.startswith("Module.")]
-
-
-def _float(x: float) -> str:
-    if x != x:
-        return "NaN"
-    if x in (math.inf, -math.inf):
-        return "Infinity" if x > 0 else "-Infinity"
-    return float.__repr__(x)
-
-
-def encode(obj, leaf, level: int, out: list) -> None:
-    """Append the text of ``obj`` as ``json.dump(obj, indent=1)`` writes it at nesting ``level`` (the collector's
-    format) to ``out``; tensor placeholders (T) are written by ``leaf(t, level)``.  Much faster than the json
-    module's pure-Python indenting encoder on 250,000 tensor dicts."""
-    if isinstance(obj, T):
-        out.append(leaf(obj, level))
-    elif isinstance(obj, dict):
-        if not obj:
-            out.append("{}")
-            return
-        pad = "\n" + " " * (level + 1)
-        first = True
-        for k, v in obj.items():
-            out.append(("{" if first else ",") + pad + json.dumps(k) + ": ")
-            first = False
-            encode(v, leaf, level + 1, out)
-        out.append("\n" + " " * level + "}")
-    elif isinstance(obj, list):
-        if not obj:
-            out.append("[]")
-            return
-        pad = "\n" + " " * (level + 1)
-        first = True
-        for v in obj:
-            out.append(("[" if first else ",") + pad)
-            first = False
-            encode(v, leaf, level + 1, out)
-        out.append("\n" + " " * level + "]")
-    elif obj is None:
-        out.append("null")
-    elif obj is True:
-        out.append("true")
-    elif obj is False:
-        out.append("false")
-    elif isinstance(obj, float):
-        out.append(_float(obj))
-    elif isinstance(obj, int):
-        out.append(int.__repr__(obj))
-    else:
-        out.append(json.dumps(obj))
 
 
 def tensor_leaf(rows: list, attr: str):
@@ -320,23 +175,9 @@ def tensor_leaf(rows: list, attr: str):
                      + " " * level + "}"))
             cache[key] = head
         mx, mn, me, no = rows[t.vid]
-        return head % (_float(mx), _float(mn), _float(me), _float(no))
+        return head % (json_float(mx), json_float(mn), json_float(me), json_float(no))
 
     return leaf
-
-
-def write_text(path: Path, chunks: list) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w") as f:
-        f.write("".join(chunks))
-    os.replace(tmp, path)
-
-
-def write_json(path: Path, obj) -> None:
-    """json.dump with indent=1 (as the collector writes) through a temp file."""
-    out: list = []
-    encode(obj, None, 0, out)
-    write_text(path, out)
 
 
 def generate(out: Path, p: dict) -> dict:
@@ -346,45 +187,19 @@ def generate(out: Path, p: dict) -> dict:
     allt, nv = number_leaves(b)
     rep = value_reps(allt, nv)
     rng = np.random.default_rng(p["seed"])
-    numel = np.array([t.numel for t in rep], dtype=np.float64)
-    scale = np.exp(rng.normal(-1.5, 1.2, nv))
-    mean = rng.normal(0, 0.05, nv) * scale
-    g = np.stack([mean + scale * (2.5 + rng.random(nv) * 3), mean - scale * (2.5 + rng.random(nv) * 3), mean,
-                  np.sqrt(numel) * np.sqrt(scale ** 2 + mean ** 2)], axis=1)
-    ints = np.array([t.gdt == I64 for t in rep])
-    g[ints] = np.array([31999.0, 0.0, 15873.5, 1.2e6])
-    tgt = g * (1 + rng.normal(0, p["noise"], (nv, 4)))
-    tgt[ints] = g[ints]
-    tgt[:, 3] = np.abs(tgt[:, 3])
+    g, tgt, ints = base_stats(rep, rng, p["noise"])
     names = sorted(forward_apis(b))
     bad = set(rng.choice(names, size=max(20, len(names) // 250), replace=False).tolist())
-    for name in sorted(bad):
-        for t in leaves(b.data[name]["output"], []):
-            if t.gdt != I64:
-                tgt[t.vid] *= rng.uniform(1.5, 30.0)
-                tgt[t.vid, 2] *= -1
+    perturb_outputs(b, tgt, bad, rng, 1.5, 30.0, flip_mean=True)
     rest = [n for n in names if n not in bad]
     warn = set(rng.choice(rest, size=max(16, len(rest) // 400), replace=False).tolist())
-    for name in sorted(warn):
-        for t in leaves(b.data[name]["output"], []):
-            if t.gdt != I64:
-                tgt[t.vid] *= rng.uniform(1.15, 1.45)
-    special = rng.choice(np.flatnonzero(~ints), size=24, replace=False)
-    tgt[special[:8], 0] = np.inf
-    tgt[special[8:12], 1] = -np.inf
-    tgt[special[12:18]] = np.nan
-    g[special[18:20], 0] = tgt[special[18:20], 0] = np.inf
-    g[special[20:22]] = tgt[special[20:22]] = np.nan
+    perturb_outputs(b, tgt, warn, rng, 1.15, 1.45)
+    add_specials(g, tgt, ints, rng, zero_mean=False)
     stack, construct = stack_and_construct(b, "/home/user/train")
     t_model = time.perf_counter() - t0
     size = 0
     for side, vals, attr in (("golden", g, "gdt"), ("target", tgt, "tdt")):
-        vals = round_to(vals, F32)
-        for dt in (BF16, F16):
-            sel = np.array([getattr(t, attr) == dt for t in rep])
-            if sel.any():
-                vals[sel, :2] = round_to(vals[sel, :2], dt)
-        rows = vals.tolist()
+        rows = side_rows(vals, rep, attr)
         root = out / side / "step0" / "rank0"
         root.mkdir(parents=True, exist_ok=True)
         chunks: list = []
@@ -404,29 +219,22 @@ def ensure(nodes: int, work: Path | None = None, seed: int = 0, force: bool = Fa
     """Generate (or reuse) the pair for ``nodes``; return {"dir": ..., "params": ..., "info": ...}."""
     out = Path(work) if work else DEFAULT_BASE / str(nodes)
     p = {"version": GEN_VERSION, "nodes": nodes, "layers": layers_for(nodes), "noise": 2e-3, "seed": seed}
-    stamp = out / ".params.json"
     files = [out / s / "step0" / "rank0" / f for s in ("target", "golden")
              for f in ("dump.json", "stack.json", "construct.json")]
-    if not force and stamp.is_file():
+    info = up_to_date(out, p, files, force)
+    if info is not None:
+        if not quiet:
+            print(f"[gen] graph {nodes}: up to date in {out}", flush=True)
+        return {"dir": str(out), "params": p, "info": info}
+
+    def no_gc_generate(out, p):
+        gc.disable()  # millions of small objects, no cycles to collect: the collector only costs time here
         try:
-            old = json.loads(stamp.read_text())
-        except ValueError:
-            old = {}
-        if old.get("params") == p and all(f.is_file() for f in files):
-            if not quiet:
-                print(f"[gen] graph {nodes}: up to date in {out}", flush=True)
-            return {"dir": str(out), "params": p, "info": old.get("info", {})}
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    t0 = time.perf_counter()
-    gc.disable()  # millions of small objects, no cycles to collect: the collector only costs time here
-    try:
-        info = generate(out, p)
-    finally:
-        gc.enable()
-    info["gen_seconds"] = round(time.perf_counter() - t0, 1)
-    stamp.write_text(json.dumps({"params": p, "info": info}, indent=1))
+            return generate(out, p)
+        finally:
+            gc.enable()
+
+    info = generate_fresh(out, p, no_gc_generate)
     if not quiet:
         print(f"[gen] graph {nodes}: {info} -> {out}", flush=True)
     return {"dir": str(out), "params": p, "info": info}

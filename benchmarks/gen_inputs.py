@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from json.encoder import encode_basestring_ascii as quote  # what json.dump writes for a str
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_WORK = ROOT / "bench_work"
@@ -127,30 +128,37 @@ class Builder:
         return outs[0] if len(outs) == 1 else outs
 
     # --- backward: reverse forward order; grads of outputs in, grads of tensor inputs out ---
-    def backward(self):
-        def grad_of(x):
-            if isinstance(x, T):
-                return x.like(rg=False) if (x.rg and x.gdt != I64) else None
-            if isinstance(x, list):
-                gs = [grad_of(e) for e in x]
-                return gs if any(g is not None for g in gs) else None
-            return None
-
+    def backward_records(self, graph: bool = False):
+        """(name, entry, parent, is_module) of the backward records, in reversed forward order.  ``graph``: as
+        8.3.3 writes them (only through outputs that require a gradient; a module whose inputs need none still
+        gets a record, ``"output": []``); else a record wherever a float output and a gradient input exist."""
         for base, kind, args, outs, parent in reversed(self.fwd_log):
-            ins = [o.like(rg=False) for o in outs if isinstance(o, T) and o.gdt != I64]
+            ins = [o.like(rg=False) for o in outs if isinstance(o, T) and (o.rg or not graph) and o.gdt != I64]
             if not ins:
                 continue
             outg = [grad_of(a) for a in args]
             if all(g is None for g in outg):
-                continue
-            if kind == "api":
-                name = f"{base}.backward"
-                par = parent.replace(".forward.", ".backward.") if parent else None
-            else:
-                name = base.format(dir="backward")
-                par = parent.replace(".forward.", ".backward.") if parent else None
-            self.data[name] = {"input": ins, "output": outg}
+                if not (graph and kind == "module"):
+                    continue
+                outg = []
+            name = f"{base}.backward" if kind == "api" else base.format(dir="backward")
+            par = parent.replace(".forward.", ".backward.") if parent else None
+            yield name, {"input": ins, "output": outg}, par, kind == "module"
+
+    def backward(self):
+        for name, entry, par, _ in self.backward_records():
+            self.data[name] = entry
             self.parent[name] = par
+
+
+def grad_of(x):
+    """The gradient placeholder(s) of an argument: None where no gradient flows."""
+    if isinstance(x, T):
+        return x.like(rg=False) if (x.rg and x.gdt != I64) else None
+    if isinstance(x, list):
+        gs = [grad_of(e) for e in x]
+        return gs if any(g is not None for g in gs) else None
+    return None
 
 
 def linear(b: Builder, path: str, x: T, out_features: int, act_dt, bias: bool, site: str):
@@ -181,18 +189,19 @@ def rmsnorm(b: Builder, path: str, x: T, act_dt, site: str):
     return b.module_end(h, [x], [out], {"weight": w}, site=site)
 
 
-def rotary(b: Builder, q: T, cos: T, sin: T, site: str):
+def rotary(b: Builder, q: T, cos: T, sin: T, site: str, sep: str = ":"):
     half = q.shape[:-1] + [q.shape[-1] // 2]
     x1, x2 = b.api("Torch.chunk", [q, S("int", 2)], [T(half, q.gdt, q.tdt), T(half, q.gdt, q.tdt)],
-                   {"dim": S("int", -1)}, site=site + ":chunk")
-    nx2 = b.api("Tensor.__neg__", [x2], [x2.like()], site=site + ":neg")
-    rot = b.api("Torch.cat", [[nx2, x1]], [q.like()], {"dim": S("int", -1)}, site=site + ":cat")
-    a = b.api("Tensor.__mul__", [q, cos], [q.like()], site=site + ":mulcos")
-    c = b.api("Tensor.__mul__", [rot, sin], [q.like()], site=site + ":mulsin")
-    return b.api("Tensor.__add__", [a, c], [q.like()], site=site + ":add")
+                   {"dim": S("int", -1)}, site=site + sep + "chunk")
+    nx2 = b.api("Tensor.__neg__", [x2], [x2.like()], site=site + sep + "neg")
+    rot = b.api("Torch.cat", [[nx2, x1]], [q.like()], {"dim": S("int", -1)}, site=site + sep + "cat")
+    a = b.api("Tensor.__mul__", [q, cos], [q.like()], site=site + sep + "mulcos")
+    c = b.api("Tensor.__mul__", [rot, sin], [q.like()], site=site + sep + "mulsin")
+    return b.api("Tensor.__add__", [a, c], [q.like()], site=site + sep + "add")
 
 
-def attention(b: Builder, path: str, x: T, mask: T, cos: T, sin: T, cfg: dict, act_dt):
+def attention(b: Builder, path: str, x: T, mask: T, cfg: dict, act_dt, rope):
+    """LlamaAttention; ``rope(q, k, v)`` applies the rotary embedding to the heads and returns (q, k)."""
     B, Sq, H = x.shape
     nh = cfg["heads"]
     hd = H // nh
@@ -208,8 +217,7 @@ def attention(b: Builder, path: str, x: T, mask: T, cos: T, sin: T, cfg: dict, a
                   site=f"attn.transpose_{nm}")
         heads.append(t)
     q, k, v = heads
-    q = rotary(b, q, cos, sin, "attn.rope_q")
-    k = rotary(b, k, cos, sin, "attn.rope_k")
+    q, k = rope(q, k, v)
     kt = b.api("Tensor.transpose", [k, S("int", 2), S("int", 3)], [T([B, nh, hd, Sq], *act_dt)], site="attn.kt")
     sc = b.api("Torch.matmul", [q, kt], [T([B, nh, Sq, Sq], *act_dt)], site="attn.qk")
     sc = b.api("Tensor.__truediv__", [sc, S("float", math.sqrt(hd))], [sc.like()], site="attn.scale")
@@ -252,8 +260,8 @@ def layer_dtypes(i: int) -> tuple:
     return (F32, F32)
 
 
-def build_llama(cfg: dict) -> Builder:
-    b = Builder()
+def embed_and_mask(b: Builder, cfg: dict) -> tuple:
+    """The embedding module, the position ids and the causal mask APIs: (ids, embeddings, mask)."""
     B, Sq, H, V = cfg["batch"], cfg["seq"], cfg["hidden"], cfg["vocab"]
     ids = T([B, Sq], I64, rg=False)
     hm = b.module_begin("model.embed_tokens", "Embedding")
@@ -262,17 +270,20 @@ def build_llama(cfg: dict) -> Builder:
               {"padding_idx": S("int", 0), "scale_grad_by_freq": S("bool", False), "sparse": S("bool", False)},
               site="embedding")
     x = b.module_end(hm, [ids], [x], {"weight": wte}, site="module:embedding")
-    pos = b.api("Torch.arange", [S("int", 0), S("int", Sq)], [T([Sq], I64, rg=False)], {"device": S("str", "cpu")},
-                site="arange", grad=False)
+    b.api("Torch.arange", [S("int", 0), S("int", Sq)], [T([Sq], I64, rg=False)], {"device": S("str", "cpu")},
+          site="arange", grad=False)
     mask = b.api("Torch.full", [[S("int", Sq), S("int", Sq)], S("float", float("-inf"))], [T([Sq, Sq], F32, rg=False)],
                  site="mask", grad=False)
     mask = b.api("Torch.triu", [mask], [mask.like()], {"diagonal": S("int", 1)}, site="triu", grad=False)
     mask = b.api("Tensor.expand", [mask, S("int", 1), S("int", 1), S("int", Sq), S("int", Sq)],
                  [T([1, 1, Sq, Sq], F32, rg=False)], site="mask_expand", grad=False)
-    hd = H // cfg["heads"]
-    cos = b.api("Torch.cos", [T([Sq, hd], F32, rg=False)], [T([1, 1, Sq, hd], F32, rg=False)], site="cos", grad=False)
-    sin = b.api("Torch.sin", [T([Sq, hd], F32, rg=False)], [T([1, 1, Sq, hd], F32, rg=False)], site="sin", grad=False)
-    for i in range(cfg["layers"]):
+    return ids, x, mask
+
+
+def decoder(b: Builder, x: T, mask: T, cfg: dict, layers: int, rope) -> T:
+    """``layers`` LlamaDecoderLayer modules (attention with ``rope``, see ``attention``), then the final norm."""
+    Sq = cfg["seq"]
+    for i in range(layers):
         dt = layer_dtypes(i)
         if dt[0] != x.gdt or dt[1] != x.tdt:
             x = b.api("Tensor.to", [x, S("torch.dtype", dt[0])], [T(x.shape, *dt)], site="layer.cast")
@@ -280,23 +291,41 @@ def build_llama(cfg: dict) -> Builder:
         hl = b.module_begin(path, "LlamaDecoderLayer")
         x_in = x
         h = rmsnorm(b, f"{path}.input_layernorm", x, dt, "input_layernorm")
-        a = attention(b, f"{path}.self_attn", h, T(mask.shape, F32, rg=False), cos, sin, cfg, dt)
+        a = attention(b, f"{path}.self_attn", h, T(mask.shape, F32, rg=False), cfg, dt, rope)
         x = b.api("Tensor.__add__", [x_in, a], [x_in.like()], site="layer.residual1")
         h = rmsnorm(b, f"{path}.post_attention_layernorm", x, dt, "post_attention_layernorm")
         m = mlp(b, f"{path}.mlp", h, cfg, dt)
         x = b.api("Tensor.__add__", [x, m], [x.like()], site="layer.residual2")
         x = b.module_end(hl, [x_in], [x], None, {"attention_mask": T(mask.shape, F32, rg=False),
                                                   "position_ids": T([1, Sq], I64, rg=False)}, site="module:layer")
-    x = rmsnorm(b, "model.norm", x, (x.gdt, x.tdt), "final_norm")
-    logits = linear(b, "lm_head", x, V, (F32, F32), False, "lm_head")
-    lg = b.api("Tensor.view", [logits, S("int", -1), S("int", V)], [T([B * Sq, V], F32)], site="loss.view")
-    labels = T([B * Sq], I64, rg=False)
-    loss = b.api("Functional.cross_entropy", [lg, labels], [T([], F32)],
+    return rmsnorm(b, "model.norm", x, (x.gdt, x.tdt), "final_norm")
+
+
+def loss_and_backward(b: Builder, logits: T, labels: T) -> None:
+    """Cross entropy and the ones_like of backward's start, then the backward records."""
+    loss = b.api("Functional.cross_entropy", [logits, labels], [T([], F32)],
                  {"ignore_index": S("int", -100), "reduction": S("str", "mean"), "label_smoothing": S("float", 0.0)},
                  site="loss")
     b.api("Torch.ones_like", [loss], [loss.like(rg=False)],
           {"memory_format": {"type": "torch.memory_format", "format": "preserve_format"}}, site="ones_like", grad=False)
     b.backward()
+
+
+def build_llama(cfg: dict) -> Builder:
+    b = Builder()
+    B, Sq, H, V = cfg["batch"], cfg["seq"], cfg["hidden"], cfg["vocab"]
+    ids, x, mask = embed_and_mask(b, cfg)
+    hd = H // cfg["heads"]
+    cos = b.api("Torch.cos", [T([Sq, hd], F32, rg=False)], [T([1, 1, Sq, hd], F32, rg=False)], site="cos", grad=False)
+    sin = b.api("Torch.sin", [T([Sq, hd], F32, rg=False)], [T([1, 1, Sq, hd], F32, rg=False)], site="sin", grad=False)
+
+    def rope(q, k, v):
+        return rotary(b, q, cos, sin, "attn.rope_q"), rotary(b, k, cos, sin, "attn.rope_k")
+
+    x = decoder(b, x, mask, cfg, cfg["layers"], rope)
+    logits = linear(b, "lm_head", x, V, (F32, F32), False, "lm_head")
+    lg = b.api("Tensor.view", [logits, S("int", -1), S("int", V)], [T([B * Sq, V], F32)], site="loss.view")
+    loss_and_backward(b, lg, T([B * Sq], I64, rg=False))
     return b
 
 
@@ -400,11 +429,60 @@ def round_to(vals: np.ndarray, dtype: str) -> np.ndarray:
     return vals.astype(np.float32).astype(np.float64)
 
 
-def write_json(path: Path, obj, indent=1) -> None:
+def json_float(x: float) -> str:
+    if x != x:
+        return "NaN"
+    if x in (math.inf, -math.inf):
+        return "Infinity" if x > 0 else "-Infinity"
+    return float.__repr__(x)
+
+
+def encode(obj, leaf, level: int, out: list) -> None:
+    """Append the text of ``obj`` as ``json.dump(obj, indent=1)`` writes it at nesting ``level`` (the collector's
+    format) to ``out``; tensor placeholders (T) are written by ``leaf(t, level)``.  Much faster than the json
+    module's pure-Python indenting encoder on 250,000 tensor dicts."""
+    if isinstance(obj, T):
+        out.append(leaf(obj, level))
+    elif isinstance(obj, (dict, list, tuple)):
+        is_dict = isinstance(obj, dict)
+        if not obj:
+            out.append("{}" if is_dict else "[]")
+            return
+        pad = "\n" + " " * (level + 1)
+        sep = ("{" if is_dict else "[") + pad
+        for k, v in (obj.items() if is_dict else enumerate(obj)):   # the keys are strings here
+            out.append(sep + quote(k) + ": " if is_dict else sep)
+            sep = "," + pad
+            encode(v, leaf, level + 1, out)
+        out.append("\n" + " " * level + ("}" if is_dict else "]"))
+    elif obj is None:
+        out.append("null")
+    elif obj is True:
+        out.append("true")
+    elif obj is False:
+        out.append("false")
+    elif isinstance(obj, float):
+        out.append(json_float(obj))
+    elif isinstance(obj, int):
+        out.append(int.__repr__(obj))
+    elif isinstance(obj, str):
+        out.append(quote(obj))
+    else:
+        out.append(json.dumps(obj))
+
+
+def write_text(path: Path, chunks: list) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     with open(tmp, "w") as f:
-        json.dump(obj, f, indent=indent)
+        f.write("".join(chunks))
     os.replace(tmp, path)
+
+
+def write_json(path: Path, obj) -> None:
+    """json.dump with indent=1 (as the collector writes) through a temp file."""
+    out: list = []
+    encode(obj, None, 0, out)
+    write_text(path, out)
 
 
 def write_side(root: Path, task: str, data: dict, stack: dict, construct: dict, data_dir: str | None) -> None:
@@ -427,13 +505,14 @@ def pick_bad_entries(b: Builder, rng: np.random.Generator, frac: float, min_n: i
 STAT_CFG = {"batch": 4, "seq": 4096, "hidden": 4096, "heads": 32, "inter": 11008, "vocab": 32000, "qkv_bias": True}
 
 
-def stat_layers_for(rows: int) -> int:
-    def count(layers):
-        b = build_llama(dict(STAT_CFG, layers=layers))
-        return len(number_leaves(b)[0])
+def layers_to_reach(target: int, count) -> int:
+    """The fewest layers whose model reaches ``target`` by ``count(layers)`` (linear in the layers)."""
     c1, c2 = count(1), count(2)
-    per = c2 - c1
-    return max(1, 1 + math.ceil((rows - c1) / per))
+    return max(1, 1 + math.ceil((target - c1) / (c2 - c1)))
+
+
+def stat_layers_for(rows: int) -> int:
+    return layers_to_reach(rows, lambda layers: len(number_leaves(build_llama(dict(STAT_CFG, layers=layers)))[0]))
 
 
 def value_reps(allt: list, nv: int) -> list:
@@ -444,64 +523,80 @@ def value_reps(allt: list, nv: int) -> list:
     return rep
 
 
+def base_stats(rep: list, rng: np.random.Generator, noise: float) -> tuple:
+    """(golden, target, ints): golden statistics [max, min, mean, norm] of plausible activations, one row per
+    distinct tensor value (scale ~ lognormal, mean small, max/min a few sigma out; int64 tensors fixed); the
+    target is the golden with relative noise of a bf16-ish run."""
+    nv = len(rep)
+    numel = np.array([t.numel for t in rep], dtype=np.float64)
+    scale = np.exp(rng.normal(-1.5, 1.2, nv))
+    mean = rng.normal(0, 0.05, nv) * scale
+    mx = mean + scale * (2.5 + rng.random(nv) * 3)
+    mn = mean - scale * (2.5 + rng.random(nv) * 3)
+    g = np.stack([mx, mn, mean, np.sqrt(numel) * np.sqrt(scale ** 2 + mean ** 2)], axis=1)
+    ints = np.array([t.gdt == I64 for t in rep])
+    g[ints] = np.array([31999.0, 0.0, 15873.5, 1.2e6])
+    tgt = g * (1 + rng.normal(0, noise, (nv, 4)))
+    tgt[ints] = g[ints]
+    tgt[:, 3] = np.abs(tgt[:, 3])
+    return g, tgt, ints
+
+
+def perturb_outputs(b: Builder, tgt: np.ndarray, names, rng: np.random.Generator, lo: float, hi: float,
+                    flip_mean: bool = False) -> None:
+    """Scale the target statistics of the float outputs of the ``names`` entries by U(lo, hi) (they propagate to
+    the consumers' inputs, as in a real bad op); ``flip_mean``: and flip the sign of their mean."""
+    for name in sorted(names):
+        for t in leaves(b.data[name]["output"], []):
+            if t.gdt != I64:
+                tgt[t.vid] *= rng.uniform(lo, hi)
+                if flip_mean:
+                    tgt[t.vid, 2] *= -1
+
+
+def add_specials(g: np.ndarray, tgt: np.ndarray, ints: np.ndarray, rng: np.random.Generator,
+                 zero_mean: bool = True) -> None:
+    """inf / NaN statistics on 22 float tensors (target only, or both sides); ``zero_mean``: 2 more with mean 0."""
+    special = rng.choice(np.flatnonzero(~ints), size=24, replace=False)
+    tgt[special[:8], 0] = np.inf                  # overflow on the target only
+    tgt[special[8:12], 1] = -np.inf
+    tgt[special[12:18]] = np.nan                  # NaN tensors on the target
+    g[special[18:20], 0] = tgt[special[18:20], 0] = np.inf     # golden inf too (both sides)
+    g[special[20:22]] = tgt[special[20:22]] = np.nan           # NaN on both sides
+    if zero_mean:
+        tgt[special[22:24], 2] = g[special[22:24], 2] = 0.0
+
+
+def side_rows(vals: np.ndarray, rep: list, attr: str) -> list:
+    """One side's statistics rows as the collector writes them: float32 (.item() of fp32 scalars), the max/min of
+    bf16 / fp16 tensors (dtype attribute ``attr``: gdt or tdt) rounded to the element type."""
+    vals = round_to(vals, F32)
+    for dt in (BF16, F16):
+        sel = np.array([getattr(t, attr) == dt for t in rep])
+        if sel.any():
+            vals[sel, :2] = round_to(vals[sel, :2], dt)
+    return vals.tolist()
+
+
 def gen_stat(out: Path, p: dict) -> dict:
     cfg = dict(STAT_CFG, layers=p["layers"])
     b = build_llama(cfg)
     allt, nv = number_leaves(b)
     rep = value_reps(allt, nv)
     rng = np.random.default_rng(p["seed"])
-    numel = np.array([t.numel for t in rep], dtype=np.float64)
-    # golden statistics of plausible activations (one row per distinct tensor value): scale ~ lognormal,
-    # mean small, max/min a few sigma out
-    scale = np.exp(rng.normal(-1.5, 1.2, nv))
-    mean = rng.normal(0, 0.05, nv) * scale
-    mx = mean + scale * (2.5 + rng.random(nv) * 3)
-    mn = mean - scale * (2.5 + rng.random(nv) * 3)
-    norm = np.sqrt(numel) * np.sqrt(scale ** 2 + mean ** 2)
-    g = np.stack([mx, mn, mean, norm], axis=1)
-    ints = np.array([t.gdt == I64 for t in rep])
-    g[ints] = np.array([31999.0, 0.0, 15873.5, 1.2e6])
-    # target: relative noise of a bf16-ish run
-    tgt = g * (1 + rng.normal(0, p["noise"], (nv, 4)))
-    tgt[ints] = g[ints]
-    tgt[:, 3] = np.abs(tgt[:, 3])
-    # large errors on a few APIs' outputs (they propagate to the consumers' inputs, as in a real bad op),
-    # inf/nan on a few tensors
+    g, tgt, ints = base_stats(rep, rng, p["noise"])
     bad = pick_bad_entries(b, rng, 0.004, 20)
-    for name in sorted(bad):
-        for t in leaves(b.data[name]["output"], []):
-            if t.gdt != I64:
-                tgt[t.vid] *= rng.uniform(1.5, 30.0)
-                tgt[t.vid, 2] *= -1
+    perturb_outputs(b, tgt, bad, rng, 1.5, 30.0, flip_mean=True)
     # moderate errors on a few more (output relative error 0.1-0.5 with clean inputs: yellow rows)
     names = sorted(n for n in b.data if n.endswith(".forward") and not n.startswith("Module.") and n not in bad)
     warn = set(rng.choice(names, size=min(16, len(names)), replace=False).tolist())
-    for name in sorted(warn):
-        for t in leaves(b.data[name]["output"], []):
-            if t.gdt != I64:
-                tgt[t.vid] *= rng.uniform(1.15, 1.45)
-    float_v = np.flatnonzero(~ints)
-    special = rng.choice(float_v, size=24, replace=False)
-    tgt[special[:8], 0] = np.inf                  # overflow on the target only
-    tgt[special[8:12], 1] = -np.inf
-    tgt[special[12:18]] = np.nan                  # NaN tensors on the target
-    g[special[18:20], 0] = np.inf                 # golden inf too (both sides)
-    tgt[special[18:20], 0] = np.inf
-    g[special[20:22]] = np.nan                    # NaN on both sides
-    tgt[special[20:22]] = np.nan
-    tgt[special[22:24], 2] = 0.0
-    g[special[22:24], 2] = 0.0
+    perturb_outputs(b, tgt, warn, rng, 1.15, 1.45)
+    add_specials(g, tgt, ints, rng)
     # a few tensors whose requires_grad differs between the sides (yellow "requires_grad is inconsistent")
     rg_flip = set(rng.choice(len(allt), size=6, replace=False).tolist())
     stack, construct = stack_and_construct(b, "/home/user/train")
     for side, vals, attr in (("golden", g, "gdt"), ("target", tgt, "tdt")):
-        vals = round_to(vals, F32)  # the collector computes statistics in float32 (.item() of fp32 scalars)
-        for dt in (BF16, F16):
-            sel = np.array([getattr(t, attr) == dt for t in rep])
-            if sel.any():
-                vals[sel, :2] = round_to(vals[sel, :2], dt)
-        rows = vals.tolist()
-
+        rows = side_rows(vals, rep, attr)
         flip = rg_flip if side == "target" else set()
 
         def leaf(t: T, rows=rows, attr=attr, flip=flip):
@@ -695,27 +790,41 @@ def ensure(work: Path, cases, a) -> dict:
     for case in cases:
         out = work / case
         p = params_for(case, a)
-        stamp = out / ".params.json"
-        if not a.force and stamp.is_file():
-            try:
-                old = json.loads(stamp.read_text())
-            except ValueError:
-                old = {}
-            if old.get("params") == p and all((out / s / "step0" / "rank0" / "dump.json").is_file()
-                                             for s in ("target", "golden")):
-                print(f"[gen] {case}: up to date in {out}")
-                infos[case] = old.get("info", {})
-                continue
-        if out.exists():
-            shutil.rmtree(out)
-        out.mkdir(parents=True)
-        t0 = time.perf_counter()
-        info = GENERATORS[case](out, p)
-        info["gen_seconds"] = round(time.perf_counter() - t0, 1)
-        stamp.write_text(json.dumps({"params": p, "info": info}, indent=1))
-        print(f"[gen] {case}: {info} -> {out}")
+        info = up_to_date(out, p, [out / s / "step0" / "rank0" / "dump.json" for s in ("target", "golden")], a.force)
+        if info is not None:
+            print(f"[gen] {case}: up to date in {out}")
+        else:
+            info = generate_fresh(out, p, GENERATORS[case])
+            print(f"[gen] {case}: {info} -> {out}")
         infos[case] = info
     return infos
+
+
+def up_to_date(out: Path, p: dict, files: list, force: bool = False):
+    """The recorded info of a generated folder whose ``.params.json`` holds the parameters ``p`` and whose
+    ``files`` exist; None when it must be (re)generated."""
+    stamp = out / ".params.json"
+    if force or not stamp.is_file():
+        return None
+    try:
+        old = json.loads(stamp.read_text())
+    except ValueError:
+        old = {}
+    if old.get("params") == p and all(f.is_file() for f in files):
+        return old.get("info", {})
+    return None
+
+
+def generate_fresh(out: Path, p: dict, fn) -> dict:
+    """Empty ``out``, run ``fn(out, p)`` and record its info (and the seconds it took) in ``.params.json``."""
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    t0 = time.perf_counter()
+    info = fn(out, p)
+    info["gen_seconds"] = round(time.perf_counter() - t0, 1)
+    (out / ".params.json").write_text(json.dumps({"params": p, "info": info}, indent=1))
+    return info
 
 
 def parse_args(argv=None):
