@@ -17,15 +17,16 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from msprobe.core.io import xlsx as xlsx_mod  # noqa: E402
 from msprobe.core.io.xlsx import write_xlsx  # noqa: E402
+from harness import best_of  # noqa: E402
 
 API_NAMES = ["Functional.linear", "Functional.conv2d", "Tensor.add", "Torch.matmul", "Functional.softmax",
              "Functional.layer_norm", "Tensor.__mul__", "Aten.mm"]
@@ -100,15 +101,6 @@ def rows_for_libs(columns: list) -> list[list]:
     return [list(r) for r in zip(*[conv(c) for c in columns])]
 
 
-def best_of(fn, repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
 def bench_xlsxwriter(path: str, header, rows, styles) -> None:
     import xlsxwriter
     wb = xlsxwriter.Workbook(path, {"constant_memory": True})
@@ -158,20 +150,20 @@ def main() -> None:
         level = xlsx_mod.COMPRESS_LEVEL
         for lvl in (1, 6):
             xlsx_mod.COMPRESS_LEVEL = lvl
-            t = best_of(lambda: write_xlsx(out, header, columns, row_styles=styles), args.repeat)
+            t = best_of(lambda: write_xlsx(out, header, columns, row_styles=styles), args.repeat)[0]
             results.append((f"write_xlsx (deflate level {lvl})", t, os.path.getsize(out)))
         xlsx_mod.COMPRESS_LEVEL = level
         mixed = as_mixed(columns)
-        t = best_of(lambda: write_xlsx(out, header, mixed, row_styles=styles), args.repeat)
+        t = best_of(lambda: write_xlsx(out, header, mixed, row_styles=styles), args.repeat)[0]
         results.append(("write_xlsx, floats as lists + 'N/A'", t, os.path.getsize(out)))
         rows = rows_for_libs(columns)
         try:
-            t = best_of(lambda: bench_xlsxwriter(out, header, rows, styles), args.repeat)
+            t = best_of(lambda: bench_xlsxwriter(out, header, rows, styles), args.repeat)[0]
             results.append(("xlsxwriter constant_memory", t, os.path.getsize(out)))
         except ImportError:
             pass
         if not args.no_openpyxl:
-            t = best_of(lambda: bench_openpyxl(out, header, rows, styles), 1)
+            t = best_of(lambda: bench_openpyxl(out, header, rows, styles), 1)[0]
             results.append(("openpyxl write_only (1 run)", t, os.path.getsize(out)))
     base = results[0][1]
     print(f"{'writer':40s} {'seconds':>8s} {'x':>7s} {'MB':>7s}")

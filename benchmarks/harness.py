@@ -321,6 +321,16 @@ def peak(r: dict) -> float:
     return max(r["rss_mb"], r["pss_mb"])
 
 
+def best_of(fn, n: int) -> tuple:
+    """(lowest wall seconds of ``n`` calls of ``fn()`` (at least one), what the last call returned)."""
+    best, out = float("inf"), None
+    for _ in range(max(1, n)):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
 def time_steps(step, n: int, warmup: int = 0) -> tuple:
     """Call ``step()`` ``warmup`` times untimed, then ``n`` times: (wall ms of each, process CPU ms of each)."""
     for _ in range(warmup):

@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import numpy as np  # noqa: E402
 
 import bench_xlsx  # noqa: E402
+import harness  # noqa: E402
 import merge_bench  # noqa: E402
 from msprobe.core.io.xlsx import write_xlsx  # noqa: E402
 from msprobe.core.merge.xlsxread import SheetReader  # noqa: E402
@@ -147,11 +148,7 @@ def bench_read(files, repeat):
     for k, f in enumerate(files):
         outputs = {}
         for label, fn in readers:
-            best = math.inf
-            for _ in range(repeat):
-                t0 = time.perf_counter()
-                out = fn(str(f))
-                best = min(best, time.perf_counter() - t0)
+            best, out = harness.best_of(lambda: fn(str(f)), repeat)
             totals[label] += best
             outputs[label] = out
         for lib in libs:
