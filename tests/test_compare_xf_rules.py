@@ -108,3 +108,52 @@ def test_layer_mapping_leaves_a_pair_of_two_shapes_unmatched(tmp_path):
     [saved] = glob.glob(str(tmp_path / "out" / "data_mapping_*.yaml"))
     mapping = yaml.safe_load(open(saved))
     assert name not in mapping and mapping["MintFunctional.linear.1.forward.input.0"] == "Functional.linear.1.forward.input.0"
+
+
+def _stats_t(fw, shape, mx, mn, mean, norm, rg=None):
+    rec = {"type": f"{fw}.Tensor", "dtype": "Float32" if fw == "mindspore" else "torch.float32", "shape": shape,
+           "Max": mx, "Min": mn, "Mean": mean, "Norm": norm}
+    if rg is not None:
+        rec["requires_grad"] = rg
+    return rec
+
+
+def _l1_pair(tmp_path, scale):
+    """A MindSpore L1 dump (a Dense's MatMul primitive, unmatched across frameworks, then an add) against the
+    PyTorch one (Functional.linear, then the add); the add's second input x ``scale`` on the target."""
+    x = (1.0, -1.0, 0.1, 3.0)
+    y = (0.4086218476295471, -0.2984495162963867, 0.019670847803354263, 2.4791760444641113)
+    yt = tuple(v * scale for v in y)
+    s = tuple(a + b for a, b in zip(x, y))
+    st = tuple(a + b for a, b in zip(x, yt))
+    ms = _dump(tmp_path / "ms", "mindspore", {
+        "Primitive.matmul.MatMul.0.forward": {"input_args": [_stats_t("mindspore", [2, 16], *x)], "input_kwargs": {},
+                                              "output": [_stats_t("mindspore", [2, 16], *yt)]},
+        "Tensor.__add__.0.forward": {"input_args": [_stats_t("mindspore", [2, 16], *x),
+                                                    _stats_t("mindspore", [2, 16], *yt)], "input_kwargs": {},
+                                     "output": [_stats_t("mindspore", [2, 16], *st)]}})
+    pt = _dump(tmp_path / "pt", "pytorch", {
+        "Functional.linear.0.forward": {"input_args": [_stats_t("torch", [2, 16], *x, True)], "input_kwargs": {},
+                                        "output": [_stats_t("torch", [2, 16], *y, True)]},
+        "Tensor.__add__.0.forward": {"input_args": [_stats_t("torch", [2, 16], *x, True),
+                                                    _stats_t("torch", [2, 16], *y, True)], "input_kwargs": {},
+                                     "output": [_stats_t("torch", [2, 16], *s, True)]}})
+    return ms, pt
+
+
+def test_fp32_rounding_on_an_input_after_an_unmatched_primitive_is_not_red(tmp_path, capsys):
+    """The MindSpore L1 control pair of tests/fault_injection/xf.py: the add's input came from a MatMul primitive
+    (unmatched: PyTorch has Functional.linear) and differs by 2 fp32 units (other kernels): no culprit."""
+    ms, pt = _l1_pair(tmp_path, 1.0 + 2.2e-7)
+    rows = _compare(tmp_path, ms, pt, "-am")
+    assert rows["Tensor.__add__.0.forward.input.1"]["Match"] == "exact"
+    out = capsys.readouterr().out
+    assert "red: 0" in out and "first red row" not in out, out
+
+
+def test_a_real_change_on_such_an_input_is_still_where_it_enters(tmp_path, capsys):
+    ms, pt = _l1_pair(tmp_path, 1.05)
+    _compare(tmp_path, ms, pt, "-am")
+    out = capsys.readouterr().out
+    assert "first red row: Tensor.__add__.0.forward.input.1" in out, out
+    assert "nearest unmatched op above: Primitive.matmul.MatMul.0.forward" in out
