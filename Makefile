@@ -38,12 +38,12 @@ demo: venv
 	echo "Report: $$report"
 
 test: venv npu-venv ms-venv
-	$(VPY) -m pytest -q -ra tests
+	$(VPY) -m pytest -q -ra --durations=15 tests
 
 # The same suite with .venv only: .venv-npu and .venv-ms (4 GB together) are not built, and the tests that
 # need them are skipped with the reason (an already built one is still used).
 test-main: venv
-	$(VPY) -m pytest -q -ra tests
+	$(VPY) -m pytest -q -ra --durations=15 tests
 
 bench: venv
 	$(VPY) benchmarks/run_all.py
