@@ -12,14 +12,18 @@ venv: $(STAMP)
 # (Re)install only when the packaging metadata changes, so a set-up .venv makes `make test` quick.
 # torch is pinned explicitly: the 2.13.0 CPU wheel is on local disk, a bare `torch` would pull a
 # multi-GB CUDA build from the registry. torchvision 0.28.0 (the release paired with torch 2.13.0; tests only,
-# tests/tvmodels.py) comes after it with --no-deps, so that nothing can replace the CPU torch; its wheel's _C
-# extension is built for CUDA torch and does not load, tests/tvmodels.py imports the models without it.
+# tests/tvmodels.py) is installed with --no-deps (nothing can replace the CPU torch) into its own folder
+# $(VENV)/torchvision-site, not site-packages: its wheel's _C extension is built for CUDA torch and does not
+# load, so a plain `import torchvision` fails, and transformers imports torchvision whenever it is installed
+# (every transformers model then fails to import). tests/tvmodels.py puts that folder on sys.path and imports
+# the models without _C.
 $(STAMP): setup.py pyproject.toml
 	@test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(VPY) -m pip install --upgrade pip
 	$(VPY) -m pip install -e ".[test]"
 	$(VPY) -m pip install torch==2.13.0
-	$(VPY) -m pip install --no-deps torchvision==0.28.0
+	$(VPY) -m pip uninstall -y -q torchvision 2>/dev/null || true
+	$(VPY) -m pip install -q --no-deps --upgrade --target $(VENV)/torchvision-site torchvision==0.28.0
 	@touch $(STAMP)
 
 # compare never overwrites an existing report, so start from a clean demo_output each time.

@@ -75,7 +75,8 @@ setup(
         "tensorboard": ["tensorboard"],
         # transformers: tests/real_models builds tiny models from configs (no download). torchvision is not listed:
         # it must come after the CPU torch without dependencies (the Makefile installs torchvision==0.28.0 with
-        # --no-deps); its wheel's _C extension is built for CUDA torch, tests/tvmodels.py imports the models without it.
+        # --no-deps into .venv/torchvision-site, outside site-packages: its wheel's _C extension is built for CUDA
+        # torch, so importing it fails, and transformers would import it); tests/tvmodels.py imports the models.
         "test": ["pytest", "hypothesis", "pandas", "openpyxl", "tensorboard", "tb-graph-ascend", "transformers>=4.46",
                  "matplotlib", "ray"],
     },

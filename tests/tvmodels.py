@@ -13,6 +13,7 @@ and imports again: the models (pure Python over torch ops) work, the detection o
 """
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from typing import Callable
@@ -31,6 +32,11 @@ def import_torchvision():
         return sys.modules["torchvision"]
     if _IMPORT_ERROR is not None:
         raise ImportError(_IMPORT_ERROR)
+    # make venv installs the wheel into <venv>/torchvision-site, not site-packages: installed there, transformers
+    # would import it (and fail) in every process that did not come through here first (see the Makefile)
+    site = os.path.join(sys.prefix, "torchvision-site")
+    if os.path.isdir(site) and site not in sys.path:
+        sys.path.append(site)
     try:
         import torchvision
         return torchvision
@@ -64,7 +70,7 @@ def torchvision_missing():
     try:
         import_torchvision()
     except ImportError as exc:
-        return f"{exc}; make venv installs torchvision==0.28.0 (--no-deps, after torch 2.13.0)"
+        return f"{exc}; make venv installs torchvision==0.28.0 into .venv/torchvision-site (--no-deps)"
     return None
 
 
