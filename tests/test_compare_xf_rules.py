@@ -157,3 +157,40 @@ def test_a_real_change_on_such_an_input_is_still_where_it_enters(tmp_path, capsy
     out = capsys.readouterr().out
     assert "first red row: Tensor.__add__.0.forward.input.1" in out, out
     assert "nearest unmatched op above: Primitive.matmul.MatMul.0.forward" in out
+
+
+def test_a_module_input_fed_by_another_op_is_where_the_runs_part(tmp_path, capsys):
+    """The target leaves a residual add out (tests/fault_injection/xf.py xf_no_residual_b0_stat): its LayerNorm
+    reads the attention output, the golden's reads the add after it, and Tensor.__add__.0 pairs the target's
+    next add with that one.  The LayerNorm's input is fed by two different compared ops, but a module pairs by
+    its path, not by a call number an extra op shifts: that input is where the runs part (red), not a pair of
+    two different calls (yellow, which left the first red at a Dense three layers on)."""
+    x, a = (1.0, -1.0, 0.1, 2.0), (0.5, -0.4, 0.05, 1.5)
+    xa = (1.45, -1.3, 0.15, 3.1)
+    l1, l2 = (1.9, -1.7, 0.0, 4.0), (1.8, -1.75, 0.0, 4.0)
+    m1, m2 = (0.9, -0.7, 0.01, 2.0), (0.8, -0.75, 0.01, 2.0)
+    s1, s2 = (1.3, -1.1, 0.06, 3.2), (2.2, -2.0, 0.16, 5.0)
+
+    def rec(fw, mod, i, o, rg=None):
+        return {"input_args": [_stats_t(fw, [2, 16], *i, rg)], "input_kwargs": {}, "output": [_stats_t(fw, [2, 16], *o, rg)]}
+
+    def add(fw, i0, i1, o, rg=None):
+        return {"input_args": [_stats_t(fw, [2, 16], *i0, rg), _stats_t(fw, [2, 16], *i1, rg)], "input_kwargs": {},
+                "output": [_stats_t(fw, [2, 16], *o, rg)]}
+    ms = _dump(tmp_path / "ms", "mindspore", {
+        "Cell.attn.Attention.forward.0": rec("mindspore", "attn", x, a),
+        "Cell.ln.LayerNorm.forward.0": rec("mindspore", "ln", a, l1),
+        "Cell.fc.Dense.forward.0": rec("mindspore", "fc", l1, m1),
+        "Tensor.__add__.0.forward": add("mindspore", a, m1, s1)})
+    pt = _dump(tmp_path / "pt", "pytorch", {
+        "Module.attn.Attention.forward.0": rec("torch", "attn", x, a, True),
+        "Tensor.__add__.0.forward": add("torch", x, a, xa, True),
+        "Module.ln.LayerNorm.forward.0": rec("torch", "ln", xa, l2, True),
+        "Module.fc.Linear.forward.0": rec("torch", "fc", l2, m2, True),
+        "Tensor.__add__.1.forward": add("torch", xa, m2, s2, True)})
+    cells = tmp_path / "cells.yaml"
+    cells.write_text("Dense: Linear\n")
+    rows = _compare(tmp_path, ms, pt, "-cm", str(cells))
+    assert rows["Cell.ln.LayerNorm.forward.0.input.0"]["Bench Name"] == "Module.ln.LayerNorm.forward.0.input.0"
+    out = capsys.readouterr().out
+    assert "first red row: Cell.ln.LayerNorm.forward.0.input.0" in out, out
