@@ -34,7 +34,8 @@ REPO = Path(__file__).resolve().parents[2]
 MS_PY = REPO / ".venv-ms" / "bin" / "python"
 MS_SCRIPT = REPO / "tests" / "mindspore" / "xf_models.py"
 CELLS_YAML = Path(__file__).resolve().with_name("xf_cells.yaml")
-#: the compare flags of every xf case: the built-in api table, Cells renamed to Modules (Dense -> Linear)
+#: the compare flags of every xf case: the built-in api table, Cells renamed to Modules (Dense -> Linear, the
+#: custom-bprop GELU -> GELU)
 XF_ARGS = ("-am", "-cm", str(CELLS_YAML))
 
 VOCAB, D, HEADS, T, B, HIDDEN, CLASSES = 32, 16, 2, 8, 2, 32, 3
@@ -167,6 +168,9 @@ XF_CASES = [
     xf("xf_grad_hook_stat", {"grad_scale": {"blocks.1.act": 1.5}},
        "block 1 GELU: a backward hook multiplies its input gradient by 1.5",
        _one(f"{B1}.act.GELU.backward.0")),
+    xf("xf_bprop_scale_stat", {"bprop_scale": {"blocks.0.act": 1.5}},
+       "block 0 GELU replaced by a Cell with a custom bprop whose gradient is x1.5",
+       _one(f"{B0}.act.BpropGELU.backward.0")),
     xf("xf_bn_eps_stat", {"bn_eps": 0.5}, "head BatchNorm2d eps 0.5 instead of 1e-5",
        _one("Cell.bn.BatchNorm2d.forward.0", "Primitive.bn_train.BatchNorm.0.forward")),
     xf("xf_no_residual_stat", {"no_residual": {"1": "mlp"}}, "block 1: the MLP's residual add left out",
@@ -174,6 +178,9 @@ XF_CASES = [
     xf("xf_no_residual_b0_stat", {"no_residual": {"0": "attn"}},
        "block 0: the attention's residual add left out (every later Tensor.__add__ pairs one call off)",
        _one(f"{B0}.ln2.LayerNorm.forward.0", f"{B0}.Block.forward.0")),
+    xf("xf_no_residual_b0_l1_stat", {"no_residual": {"0": "attn"}},
+       "block 0: the attention's residual add left out (L1: no Cells, the first compared row after it is the GELU)",
+       _one("Functional.gelu.0.forward"), level="L1", args=("-am",)),
     xf("xf_softmax_axis_stat", {"softmax_axis": {"0": -2}}, "block 0 attention softmax over axis -2 instead of -1",
        _one("Functional.softmax.0.forward")),
     xf("xf_transposed_stat", {"transposed": ["blocks.0.attn.v"]}, "block 0 attn.v Dense loaded its weight transposed",
@@ -194,6 +201,9 @@ XF_CASES = [
        task="md5"),
     xf("xf_ctl_l1_stat", {}, "no fault", None, level="L1", args=("-am",)),
     xf("xf_ctl_lm_stat", {}, "no fault (-lm)", None, args=("-lm",)),
+    xf("xf_ctl_bprop_stat", {"bprop_scale": {"blocks.0.act": 1.0}},
+       "no fault: block 0 GELU by a Cell with a right custom bprop (MindSpore runs no forward hook of such a Cell: "
+       "its forward record is missing)", None),
     xf("xf_ctl_fp16_stat", {}, "no fault; Dense/Conv2d in fp16 (to_float) against fp32", None, dtype="fp16"),
 ]
 

@@ -20,6 +20,7 @@ Faults (``--fault``, a JSON object; the golden PyTorch run never has any):
   ``gelu_approx``  [block index, ...]     that block's GELU with approximate=True (tanh) instead of erf
   ``dense_scale``  {cell path: s}         that Dense's output x s (the Dense multiplies inside its construct)
   ``grad_scale``   {cell path: s}         a backward hook on that Cell multiplies its input gradients by s
+  ``bprop_scale``  {act path: s}          that GELU replaced by a Cell with a custom bprop: the exact derivative x s
   ``bn_eps``       eps                    the head's BatchNorm2d eps
   ``no_residual``  {block index: "attn"|"mlp"}  that residual add left out
   ``softmax_axis`` {block index: axis}    that block's attention softmax over another axis
@@ -49,6 +50,23 @@ class ScaledDense(nn.Dense):
 
     def construct(self, x):
         return super().construct(x) * self.scale
+
+
+class BpropGELU(nn.Cell):
+    """GELU (erf) with a custom ``bprop``: the exact derivative x ``grad_scale`` (1.0: a custom bprop that is
+    right)."""
+
+    def __init__(self, grad_scale=1.0):
+        super().__init__()
+        self.grad_scale = grad_scale
+
+    def construct(self, x):
+        return ops.gelu(x, approximate="none")
+
+    def bprop(self, x, out, dout):
+        cdf = 0.5 * (1.0 + ops.erf(x / math.sqrt(2.0)))
+        pdf = ops.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+        return (dout * (cdf + x * pdf) * self.grad_scale,)
 
 
 def dense(path, fin, fout, fault):
@@ -86,7 +104,9 @@ class Block(nn.Cell):
         self.attn = Attention(f"{p}.attn", index, fault)
         self.ln2 = nn.LayerNorm((D,), epsilon=eps.get(f"{p}.ln2", LN_EPS))
         self.fc1 = dense(f"{p}.fc1", D, HIDDEN, fault)
-        self.act = nn.GELU(approximate=index in fault.get("gelu_approx", []))
+        bprop = fault.get("bprop_scale", {}).get(f"{p}.act")
+        self.act = (nn.GELU(approximate=index in fault.get("gelu_approx", [])) if bprop is None
+                    else BpropGELU(bprop))
         self.fc2 = dense(f"{p}.fc2", HIDDEN, D, fault)
         self.skip = fault.get("no_residual", {}).get(str(index))
 
