@@ -13,6 +13,10 @@ and in an fp32 pair an extreme element alone is still red.
 ``dtype`` argument torch.bfloat16 against torch.float32, which was red.  A dtype argument that differs as the two
 runs' tensors do (the target's tensors hold it, the golden's hold the golden value, and not the target's) is noise;
 in a same-precision pair a differing dtype argument stays red.
+
+3. Swin bf16 vs fp32, no fault: ``Torch.empty.0.forward.output.0`` red (``NaN/inf on target only``): uninitialised
+memory holds whatever the allocator left.  Its output, and the input that is that tensor before it is filled
+(``bernoulli_``'s), are noise.
 """
 
 from __future__ import annotations
@@ -96,3 +100,26 @@ def test_a_dtype_argument_in_a_same_precision_pair_stays_red(tmp_path):
     i = rep.names.index("Torch.empty.0.forward.input.dtype")
     assert rep.verdict[i] == vd.FAIL, rep.why[i]
     assert rep.first_red == (i, "Torch.empty.0.forward.input.dtype")
+
+
+def test_uninitialised_memory_is_not_where_the_runs_part(tmp_path):
+    nan = float("nan")
+
+    def side(garbage, dtype):
+        x = tensor(1.0, -1.0, 0.01, 8.0, dtype)
+        mask = tensor(1.0, 0.0, 0.9, 3.0, dtype)
+        return {
+            "Functional.linear.0.forward": {"input_args": [x], "output": [x]},
+            "Torch.empty.0.forward": {"input_args": [{"type": "int", "value": 4}], "output": [garbage]},
+            "Tensor.bernoulli_.0.forward": {"input_args": [garbage, {"type": "float", "value": 0.9}],
+                                            "output": [mask]},
+        }
+    target = side(tensor(nan, nan, nan, nan, "torch.bfloat16"), "torch.bfloat16")
+    golden = side(tensor(3.0e38, -1.0e-30, 1.0e36, float("inf"), "torch.float32"), "torch.float32")
+    rep = run(tmp_path, target, golden)
+    for name in ("Torch.empty.0.forward.output.0", "Tensor.bernoulli_.0.forward.input.0"):
+        i = rep.names.index(name)
+        assert rep.verdict[i] == vd.NOISE, (name, rep.why[i])
+        assert rep.why[i].startswith("uninitialised memory"), rep.why[i]
+    assert rep.first_red is None and rep.red == 0 and rep.yellow == 0
+    assert_consistent(rep)

@@ -98,6 +98,8 @@ SENTINEL_FRACTION = 0.5
 _DTYPE_LABEL = {2.0 ** -8: "bf16", 2.0 ** -11: "fp16", 2.0 ** -24: "fp32", 2.0 ** -53: "fp64"}
 
 COLLECTIVE_PREFIXES = ("Distributed", "MintDistributed", "Communication", "communication")
+# APIs whose output is uninitialised memory (compared as noise, see judge)
+UNINIT_APIS = {"Torch.empty", "Torch.empty_like", "Torch.empty_strided", "Tensor.new_empty", "Tensor.new_empty_strided"}
 STAT_LABELS = ("Max", "Min", "Mean", "L2 norm", "MaxAbsErr", "CRC32")
 CRC = 5  # md5 dumps without statistics: only "the bytes differ" is known
 
@@ -760,6 +762,20 @@ def judge(f: Facts) -> Judgement:
     v = np.where(arg_noise, NOISE, v)
     v = np.where(arg_fail, FAIL, v)
     v = np.where(matched, v, NOT_COMPARED).astype(np.int8)
+    # uninitialised memory: the output of torch.empty / empty_like / new_empty holds whatever the allocator left
+    # (NaN bit patterns in a bf16 run), and so does an input that is that tensor before it is filled (stochastic
+    # depth: torch.empty(...).bernoulli_(p)); neither is where the runs part
+    uninit_call = np.fromiter((".".join(str(a).split(".", 2)[:2]) in UNINIT_APIS for a in uniq.tolist()),
+                              dtype=bool, count=n_api)
+    garbage = np.zeros(n, dtype=bool)
+    if uninit_call.any():
+        garbage = uninit_call[inv] & is_out & matched & is_tensor
+        # (md5 dumps carry no statistics to recognise the tensor by)
+        cand_in = is_in & matched & is_tensor & np.any(t_ok, axis=0) & np.any(g_ok, axis=0)
+        garbage |= _linked_inputs(f.t_stats, f.g_stats, garbage, cand_in & ~garbage)
+        v = np.where(garbage & (v > PASS), NOISE, v).astype(np.int8)
+        inherited &= ~garbage
+        nonfin_t_only = nonfin_t_only & ~garbage
     # an input that differs beyond noise although no compared op produced it (no compared output holds the
     # same statistics on both sides) is where a difference enters the run, when nothing failed before it:
     # the op that made it is unmatched (target only) or not dumped
@@ -921,6 +937,9 @@ def judge(f: Facts) -> Judgement:
     eager |= (v == NOISE) & (is_arg | nonfin_t_only)  # (none: such rows are never NOISE; kept exact anyway)
     for i in np.flatnonzero(eager).tolist():
         why.set(i, reason(i))
+    for i in np.flatnonzero(garbage & (v == NOISE)).tolist():
+        why.set(i, "uninitialised memory (torch.empty and the like): its values are whatever the allocator left, "
+                   "not a result to compare")
     with np.errstate(invalid="ignore"):
         pass_nf = np.flatnonzero((v == PASS) & ~(np.all(np.isfinite(f.t_stats), axis=0) | ~tens))
     for i in pass_nf.tolist():
