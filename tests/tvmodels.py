@@ -94,8 +94,11 @@ def _model(arch):
     if arch == "mobilenet":         # in-place Hardswish / ReLU, squeeze-excitation, Hardsigmoid
         return mobilenetv3.mobilenet_v3_small(weights=None, num_classes=CLASSES, width_mult=0.5)
     if arch == "vit":
-        return vision_transformer.VisionTransformer(image_size=SIZE, patch_size=8, num_layers=2, num_heads=2,
-                                                    hidden_dim=32, mlp_dim=64, num_classes=CLASSES)
+        vit = vision_transformer.VisionTransformer(image_size=SIZE, patch_size=8, num_layers=2, num_heads=2,
+                                                   hidden_dim=32, mlp_dim=64, num_classes=CLASSES)
+        # torchvision zero-initialises the classifier head (for fine-tuning): every gradient before it would be 0
+        nn.init.normal_(vit.heads.head.weight, std=0.02)
+        return vit
     if arch == "convnext":          # depthwise 7x7, LayerNorm2d, layer scale, stochastic depth
         cfg = [convnext.CNBlockConfig(16, 32, 1), convnext.CNBlockConfig(32, None, 1)]
         return convnext.ConvNeXt(cfg, stochastic_depth_prob=0.2, num_classes=CLASSES)

@@ -30,7 +30,10 @@ class Case:
 
     @property
     def family(self) -> str:
-        """``hf`` for a tiny transformers model (tests/real_models), ``base`` for the models written here."""
+        """``hf`` for a tiny transformers model (tests/real_models), ``tv`` for a torchvision model (``tv_<arch>``,
+        tests/fault_injection/tv.py), ``base`` for the models written here."""
+        if self.model.startswith("tv_"):
+            return "tv"
         return "hf" if self.model in HF_ARCHS else "base"
 
     @property

@@ -1,13 +1,14 @@
 """Write the dump pair of every fault-injection case (and control pair).
 
-    python tests/fault_injection/generate.py OUT [--only NAME ...] [--family base|hf|all]
+    python tests/fault_injection/generate.py OUT [--only NAME ...] [--family base|hf|tv|all]
 
 For each case: ``OUT/<case>/target/step0/rank/`` (faulty run) and ``OUT/<case>/golden/step0/rank/`` (clean
 run); 2-rank cases write ``rank0`` and ``rank1``.  ``OUT/cases.json`` lists the cases with their expected
 culprits.  Same seed, weights and inputs on both sides; one training step (forward, backward and, for the
 2-rank MLP, the gradient all_reduce); one torch thread and deterministic algorithms, so a rerun writes the
 same numbers.  ``--family``: ``base`` (default) the models written here (``CASES``), ``hf`` the tiny
-``transformers`` models (``HF_CASES``, see :mod:`.hf`), ``all`` both.
+``transformers`` models (``HF_CASES``, see :mod:`.hf`), ``tv`` the small torchvision models (``TV_CASES``, see
+:mod:`.tv`), ``all`` every one.
 """
 
 from __future__ import annotations
@@ -77,10 +78,13 @@ def dump_single(case: Case, side: str, root: Path) -> Path:
     side_dir.mkdir(parents=True, exist_ok=True)
     cfg = write_config(root / case.name / f"config_{side}.json", side_dir, case.task, case.level)
     PrecisionDebugger._reset_for_tests()
-    if case.family == "hf":
-        from fault_injection import hf
+    if case.family in ("hf", "tv"):
+        if case.family == "hf":
+            from fault_injection import hf as family
+        else:
+            from fault_injection import tv as family
 
-        net, inputs, hf_loss = hf.build(case.model, fault)
+        net, inputs, hf_loss = family.build(case.model, fault)
     else:
         net, x, y = build(case.model, fault)
     dbg = PrecisionDebugger(config_path=str(cfg))
@@ -89,11 +93,11 @@ def dump_single(case: Case, side: str, root: Path) -> Path:
     try:
         dbg.start(net)
         with precision_ctx(dtype):
-            if case.family == "hf":
+            if case.family in ("hf", "tv"):
                 loss = hf_loss(net(**inputs()))
             else:
                 out = net(x)
-        if case.family != "hf":
+        if case.family not in ("hf", "tv"):
             loss = F.mse_loss(out.float(), y)
         loss.backward()
         dbg.stop()
@@ -104,7 +108,12 @@ def dump_single(case: Case, side: str, root: Path) -> Path:
     return side_dir / "step0"
 
 
-FAMILIES = {"base": CASES, "hf": HF_CASES, "all": CASES + HF_CASES}
+def _tv_cases():
+    from fault_injection.tv import TV_CASES
+    return TV_CASES
+
+
+FAMILIES = {"base": CASES, "hf": HF_CASES, "tv": _tv_cases(), "all": CASES + HF_CASES + _tv_cases()}
 
 
 def generate(out: Path, only=None, family: str = "base") -> dict:
@@ -152,7 +161,7 @@ def main(argv=None) -> int:
     ap.add_argument("out", help="output folder (created)")
     ap.add_argument("--only", nargs="*", help="case names")
     ap.add_argument("--family", choices=sorted(FAMILIES), default="base",
-                    help="base: the models written here; hf: tiny transformers models; all: both")
+                    help="base: the models written here; hf: tiny transformers models; tv: torchvision models; all: every one")
     args = ap.parse_args(argv)
     generate(Path(args.out), args.only, args.family)
     return 0

@@ -1,0 +1,110 @@
+"""Fault injection on torchvision models (code nobody here wrote: tests/tvmodels.py, faults planted by
+tests/fault_injection/tv.py), a fast subset of ``TV_CASES`` (the whole sweep: ``python benchmarks/fault_score.py
+--family tv``, results in benchmarks/fault_score_results.md).
+
+The subset: an activation changed (MobileNetV3's stem Hardswish -> ReLU: the target runs another op, named by the
+smallest matched scope around it), a wrong attention scale inside the recorded ``F.multi_head_attention_forward``
+(ViT), a changed stochastic-depth rate (md5), a user's full backward hook on a ConvNeXt block, a user's forward
+hook on a Swin shifted-window attention in bf16; and control pairs found red before the verdict fixes (MobileNetV3
+fp16 vs fp32: one extreme element of the SE block's product; Swin bf16 vs fp32: stochastic depth's
+``torch.empty(dtype=x.dtype)``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("openpyxl")
+
+from fault_injection.evaluate import (answer, consistency_problems, generate_pairs, names_nothing,  # noqa: E402
+                                      names_op, outcomes)
+from fault_injection.tv import TV_CASES, TV_CONTROLS, TV_FAULTS, TV_MODELS, torchvision_missing  # noqa: E402
+
+_SKIP = torchvision_missing()
+pytestmark = pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")
+
+SUBSET = ("tv_mobilenet_hardswish_relu_stat", "tv_vit_attn_scale_stat", "tv_convnext_sd_p_md5",
+          "tv_convnext_bw_hook_stat", "tv_swin_attn_scale_bf16_stat",
+          "tv_ctl_mobilenet_fp16_stat", "tv_ctl_swin_bf16_stat")
+CASES = [c for c in TV_CASES if c.name in SUBSET]
+
+
+@pytest.fixture(scope="session")
+def tv_pairs(tmp_path_factory):
+    return generate_pairs(tmp_path_factory.mktemp("tv_fault_pairs"), "--family", "tv", "--only", *SUBSET, timeout=300)
+
+
+@pytest.fixture(scope="session")
+def tv_outcomes(tv_pairs, tmp_path_factory):
+    return outcomes(tv_pairs, tmp_path_factory.mktemp("tv_fault_out"), CASES)
+
+
+def test_the_sweep_covers_the_models_tasks_levels_and_dtypes():
+    assert len(CASES) == len(SUBSET)
+    assert {c.model for c in TV_CASES} <= set(TV_MODELS)
+    for model in ("tv_resnet", "tv_mobilenet", "tv_vit", "tv_convnext", "tv_swin"):
+        assert len([c for c in TV_FAULTS if c.model == model]) >= 3, model
+    assert len(TV_FAULTS) >= 12 and len(TV_CONTROLS) >= 4
+    assert {c.task for c in TV_FAULTS} == {"statistics", "md5", "tensor"}
+    assert {c.level for c in TV_FAULTS} == {"mix", "L1"}
+    assert {c.target_dtype for c in TV_CONTROLS} >= {"bf16", "fp16", "fp32"}
+    assert {c.family for c in TV_CASES} == {"tv"}
+
+
+def test_pairs_hold_the_expected_culprit(tv_pairs):
+    """The expected names follow the models (an API's n-th call in one step, a module's dotted path)."""
+    missing = []
+    for case in CASES:
+        if case.control:
+            continue
+        with open(tv_pairs / case.name / "target" / "step0" / "rank" / "dump.json", encoding="utf-8") as fh:
+            data = json.load(fh)["data"]
+        if not any(k == n or k.startswith(n + ".") for n in case.expected["rank"] for k in data):
+            missing.append(f"{case.name}: none of {case.expected['rank']}")
+    assert not missing, missing
+
+
+def test_advisor_and_diff_analyze_name_the_injected_op(tv_outcomes):
+    misses = []
+    for case in CASES:
+        if case.control:
+            continue
+        out = tv_outcomes[case.name]
+        a = out.ranks.get("rank")
+        assert out.rc == 0 and "Traceback" not in out.stderr, (case.name, out.stderr[-2000:])
+        for which in ("advisor", "da"):
+            if a is None or not names_op(a, which, case.expected["rank"]):
+                misses.append(f"{case.name} {which}: expected {case.expected['rank']}, named "
+                              f"{answer(a, which) if a else '(no answer)'}")
+    assert not misses, "\n".join(misses)
+
+
+def test_control_pairs_name_no_op(tv_outcomes):
+    problems = []
+    for case in CASES:
+        if not case.control:
+            continue
+        a = tv_outcomes[case.name].ranks.get("rank")
+        if a is None:
+            problems.append(f"{case.name}: no answer")
+            continue
+        for which in ("advisor", "da"):
+            if not names_nothing(a, which):
+                problems.append(f"{case.name} {which}: named {answer(a, which)}")
+        if not re.match(r"^rank_?\d*: none \(.+\)", a.da_first_text):
+            problems.append(f"{case.name}: no 'rank_N: none (<reason>)' line (got {a.da_first_text!r})")
+        if a.red:
+            problems.append(f"{case.name}: {a.red} red rows")
+    assert not problems, "\n".join(problems)
+
+
+def test_colours_result_summary_and_advisor_agree(tv_outcomes):
+    problems = []
+    for case in CASES:
+        for rank, ans in sorted(tv_outcomes[case.name].ranks.items()):
+            problems += [f"{case.name} {rank}: {p}" for p in consistency_problems(ans)]
+    assert not problems, "\n".join(problems[:40])
