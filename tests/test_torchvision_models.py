@@ -222,16 +222,30 @@ def test_statistics_records_equal_torch(runs, truth, arch):
     assert not [e for e in expect if e not in names], [e for e in expect if e not in names]
 
 
-def test_inplace_activation_records_the_overwritten_value(runs):
-    _, rank_dirs = runs("resnet")
+@pytest.mark.parametrize("arch", ["mobilenet", "swin"])
+def test_level_l0_module_records_equal_torch(runs, truth, arch):
+    _, rank_dirs = runs(arch, "statistics", "L0")
+    assert _check_forward(arch, rank_dirs, truth, _stat_check) > 60
+    data = _data(rank_dirs[0])
+    assert not [k for k in data if not k.startswith("Module.")]          # L0: modules only
+
+
+@pytest.mark.parametrize("level", ["mix", "L1"])
+def test_inplace_activation_records_the_overwritten_value(runs, level):
+    _, rank_dirs = runs("resnet", "statistics", level)
     d = _data(rank_dirs[0])
     bn_out = d["Functional.batch_norm.0.forward"]["output"][0]
     relu = d["Functional.relu.0.forward"]
     assert relu["input_kwargs"]["inplace"]["value"] is True
     assert relu["input_args"][0]["Min"] == bn_out["Min"] < 0          # the value before the ReLU
     assert relu["output"][0]["Min"] == 0.0
-    assert d["Module.relu.ReLU.forward.0"]["input_args"][0]["Min"] == bn_out["Min"]
-    assert d["Module.bn1.BatchNorm2d.forward.0"]["output"][0]["Min"] == bn_out["Min"]
+    if level == "mix":
+        assert d["Module.relu.ReLU.forward.0"]["input_args"][0]["Min"] == bn_out["Min"]
+        assert d["Module.bn1.BatchNorm2d.forward.0"]["output"][0]["Min"] == bn_out["Min"]
+    # `out += identity` (Tensor.__iadd__) records the value it overwrote, and the ReLU after it the sum
+    iadd = d["Tensor.__iadd__.0.forward"]
+    assert iadd["output"][0]["Norm"] != iadd["input_args"][0]["Norm"]
+    assert d["Functional.relu.2.forward"]["input_args"][0] == iadd["output"][0]
 
 
 def test_batch_norm_running_stats_and_parameters(runs):
