@@ -334,8 +334,9 @@ def test_md5_records_are_the_crc_of_torch_values(runs, truth):
     assert _check_forward("mobilenet", rank_dirs, truth, check) > 100
 
 
-def test_tensor_records_hold_torch_values(runs, truth):
-    _, rank_dirs = runs("vit", "tensor", "mix")
+@pytest.mark.parametrize("arch", ["vit", "mobilenet"])
+def test_tensor_records_hold_torch_values(runs, truth, arch):
+    _, rank_dirs = runs(arch, "tensor", "mix")
 
     def check(rec, t, problems, where, rd):
         f = os.path.join(rd, "dump_tensor_data", rec.get("data_name", "?")) if isinstance(rec, dict) else "?"
@@ -346,7 +347,7 @@ def test_tensor_records_hold_torch_values(runs, truth):
         if not torch.equal(saved, t):
             problems.append((where, "values differ"))
 
-    assert _check_forward("vit", rank_dirs, truth, check) > 20
+    assert _check_forward(arch, rank_dirs, truth, check) > 20
 
 
 def _compare(target, golden, out):
