@@ -1049,12 +1049,24 @@ class Hooks:
         name = f"{prefix}.backward.{n}"
         by_edge = {}
         by_leaf = {}
+        # an input that is a view an in-place op inside the module overwrote (``Dropout(inplace=True)`` on
+        # ``torch.flatten(x, 1)``): autograd re-based it, its old view node is out of the graph, and the gradient of
+        # the overwritten value leaves through the base's ``CopySlices`` node towards the base's old producer. That
+        # node's gradient, cut to the view (its size, stride and offset in the base), is the module's share
+        rebased = {}                       # (base's old node, nr) -> (input index, view geometry)
         for j, fn, nr, a in edges:
             if fn is None:
                 by_leaf[id(a)] = j
             else:
                 by_edge[(fn, nr)] = j
+                base = a._base
+                if base is not None and a.grad_fn is not fn and len(fn.next_functions) == 1 \
+                        and fn.next_functions[0][0] is not None and base.is_contiguous():
+                    rebased[fn.next_functions[0]] = (j, (tuple(a.size()), tuple(a.stride()),
+                                                         a.storage_offset() - base.storage_offset(),
+                                                         tuple(base.size())))
         input_fns = {fn for (fn, _nr) in by_edge}
+        input_fns.update(fn for (fn, _nr) in rebased)
         identity = []                      # (output index, input index) for outputs that are inputs
         for i, t in enumerate(outs):
             j = by_edge.get((t.grad_fn, t.output_nr)) if t.grad_fn is not None else by_leaf.get(id(t))
@@ -1089,6 +1101,11 @@ class Hooks:
                     j = by_edge.get((nf, nr))
                     if j is None and by_leaf and type(nf).__name__ == "AccumulateGrad":
                         j = by_leaf.get(id(getattr(nf, "variable", None)))
+                    if j is None and rebased:
+                        r = rebased.get((nf, nr))
+                        if r is not None and type(node).__name__ == "CopySlices":
+                            consumers.setdefault(node, []).append((pos, r[0], r[1]))
+                            continue
                     if j is not None:
                         consumers.setdefault(node, []).append((pos, j))
                     elif nf not in input_fns and type(nf).__name__ != "AccumulateGrad":
@@ -1145,10 +1162,15 @@ class Hooks:
 
         def got_input_grads(slots, grad_inputs):
             with torch.no_grad():
-                for pos, j in slots:
+                for pos, j, *view in slots:
                     g = grad_inputs[pos] if pos < len(grad_inputs) else None
                     if g is None:
                         continue
+                    if view:               # the base's gradient, cut to the re-based view (see above)
+                        size, stride, offset, base_size = view[0]
+                        if tuple(g.size()) != base_size:
+                            continue
+                        g = g.contiguous().as_strided(size, stride, offset)
                     prev = state["in"][j]
                     state["in"][j] = g if prev is None else prev + g
             state["left"] -= 1
