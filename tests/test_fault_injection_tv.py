@@ -83,6 +83,20 @@ def test_advisor_and_diff_analyze_name_the_injected_op(tv_outcomes):
     assert not misses, "\n".join(misses)
 
 
+def test_a_swapped_layer_is_listed_in_the_advisors_reason(tv_outcomes):
+    """Hardswish -> ReLU: the named block's reason lists the sub-module the golden run has no row of."""
+    import glob
+    import os
+
+    out = tv_outcomes["tv_mobilenet_hardswish_relu_stat"].out_dir
+    files = glob.glob(os.path.join(out, "**", "advisor_*.txt"), recursive=True)
+    assert len(files) == 1, files
+    with open(files[0], encoding="utf-8") as fh:
+        reason = [line for line in fh if line.startswith("Reason:")]
+    assert reason and "Inside it the target ran Module.features.0.2.ReLU.forward.0, which the golden run has " \
+                      "not" in reason[0], reason
+
+
 def test_control_pairs_name_no_op(tv_outcomes):
     problems = []
     for case in CASES:

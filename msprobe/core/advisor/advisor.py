@@ -355,8 +355,28 @@ def advise(report, rank: int = 0, label: Optional[str] = None) -> Advice:
         cat = CAT_BACKWARD if backward else CAT_FORWARD
         reason = (f"{api}'s inputs match but its output differs ({node}): the {'backward' if backward else 'forward'} "
                   f"computation of this API is where the runs part. Check its implementation on the target.")
+        inside = _unmatched_inside(table, api)
+        if inside:
+            more = f" and {len(inside) - 3} more" if len(inside) > 3 else ""
+            reason += (f" Inside it the target ran {', '.join(inside[:3])}{more}, which the golden run has not (no "
+                       f"row of that name): a layer that differs between the two models.")
     return Advice(i, node, expert, cat, reason + note, api=api, failing=count, producer=producer,
                   producer_note=producer_note, culprit=culprit)
+
+
+def _unmatched_inside(table: OpTable, api: str) -> List[str]:
+    """The sub-module calls of module call ``api`` (``Module.<path>.<Class>.forward.<n>``) that have no golden row:
+    a layer swapped for another one (MobileNet's Hardswish replaced by a ReLU) pairs with nothing by name."""
+    parts = api.split(".")
+    if len(parts) < 5 or parts[0] not in ("Module", "Cell") or parts[-2] != "forward":
+        return []
+    prefix = ".".join(parts[:-3]) + "."
+    matched = table.matched
+    out: List[str] = []
+    for k, (name, a) in enumerate(zip(table.names, table.apis)):
+        if a != api and a.startswith(prefix) and not matched[k] and ".forward." in a and a not in out:
+            out.append(a)
+    return out
 
 
 def advisor_name(label: Optional[str], ts: Optional[str] = None) -> str:
