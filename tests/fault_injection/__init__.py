@@ -9,6 +9,9 @@ msprobe's PyTorch PrecisionDebugger (target = faulty run, golden = clean run), p
 * :mod:`.hf` - faults planted in tiny ``transformers`` models (tests/real_models: llama, gpt2, t5, mixtral,
   bert, vit): changed attributes (eps, scaling, top_k), activations replaced by ``FaultOps``, user forward
   hooks, parameter-gradient hooks (``HF_CASES``; ``generate.py --family hf``);
+* :mod:`.xf` - MindSpore target against a PyTorch golden: faults planted in a MindSpore model
+  (tests/mindspore/xf_models.py, run in .venv-ms) compared with its PyTorch twin through -am/-cm/-lm (``XF_CASES``;
+  ``python tests/fault_injection/xf.py OUT``, ``benchmarks/fault_score.py --family xf``);
 * :mod:`.cases` - the cases and their expected culprits;
 * :mod:`.generate` - writes every dump pair (``python tests/fault_injection/generate.py OUT``);
 * :mod:`.evaluate` - runs ``msprobe compare -da`` on a pair and reads back what it named, and checks that
