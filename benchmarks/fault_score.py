@@ -91,7 +91,8 @@ fault named, every control names nothing (table above).
    `layer_norm.3`. MobileNet's stem Hardswish replaced by ReLU: the target calls `Functional.relu.0` and
    `Module.features.0.2.ReLU`, the golden `Functional.hardswish.0` and `...Hardswish`, unmatched by name on
    either side; the first matched row that differs is the enclosing `Conv2dNormActivation`'s output with equal
-   inputs, which both name: the right block (the reason does not yet list the unmatched calls inside it).
+   inputs, which both name: the right block (since f2768ec the reason lists the unmatched `Module.features.0.2.ReLU`
+   call inside it).
 5. **Faults the dump cannot see** (cases changed): torchvision zero-initialises the ViT classifier head, so every
    gradient before it is exactly 0 on both sides and a weight-gradient fault is x1.5 of 0 (tests/tvmodels.py now
    re-initialises the head); Swin's attention calls `F.linear` on `qkv.weight` itself, the `qkv` Linear never
@@ -103,8 +104,10 @@ fault named, every control names nothing (table above).
    scales by 3 (named); an fp32 x1.5 variant (`tv_resnet_param_grad_stat`) is named.
 
 The dump itself: a module returning a tensor an in-place op overwrote (`nn.ReLU(inplace=True)` and every block
-ending in one) recorded the gradient of the overwritten value as its backward `input`, or `null` (be16130,
-tests/test_torchvision_models.py).
+ending in one) recorded the gradient of the overwritten value as its backward `input`, or `null` (be16130), and a
+module whose input is a view an in-place op inside it overwrote (EfficientNet's `Dropout(inplace=True)` on
+`torch.flatten(x, 1)`) recorded `null` for that input's gradient (51e6389); both checked against autograd in
+tests/test_torchvision_models.py.
 """
 HF_NOTES = """
 ### What the misses were (and what was done)
