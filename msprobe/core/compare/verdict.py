@@ -536,13 +536,13 @@ def judge(f: Facts) -> Judgement:
     # makes the first such tensor stays red, and so does any in a same-precision pair
     arg_noise = np.zeros(n, dtype=bool)
     if arg_fail.any():
-        tens_rows = np.flatnonzero(matched & is_tensor).tolist()
-        g_set = {d for d in map(f.g_dtype.__getitem__, tens_rows) if _unit_of(d) > 0}
-        first = {}                          # a target float dtype the golden's tensors never hold -> first row
-        for i in tens_rows:
-            d = f.t_dtype[i]
-            if d not in first and d not in g_set and _unit_of(d) > 0:
-                first[d] = i
+        tens_rows = np.flatnonzero(matched & is_tensor)
+        g_set = {d for d in set(map(f.g_dtype.__getitem__, tens_rows.tolist())) if _unit_of(d) > 0}
+        t_list = list(map(f.t_dtype.__getitem__, tens_rows.tolist()))
+        # dtype -> its first position (a dict built backwards keeps the first), without a per-row Python loop
+        first_pos = dict(zip(reversed(t_list), range(len(t_list) - 1, -1, -1)))
+        # a target float dtype the golden's tensors never hold -> its first row
+        first = {d: int(tens_rows[k]) for d, k in first_pos.items() if d not in g_set and _unit_of(d) > 0}
         if first:
             for i in np.flatnonzero(arg_fail).tolist():
                 a, b = f.t_value[i], f.g_value[i]
