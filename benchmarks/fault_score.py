@@ -250,56 +250,23 @@ def short(v):
     return "none" if v is None else v
 
 
-def write_tv_section(path: Path, section: str) -> None:
-    """Replace the tv section of ``path`` (from its heading to the next ``## `` heading or the end) with
-    ``section``, or append it; the rest is kept."""
-    old = path.read_text() if path.is_file() else ""
-    at = old.find(TV_SECTION)
-    if at < 0:
-        text = old.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
-    else:
-        nxt = old.find("\n## ", at + len(TV_SECTION))
-        rest = old[nxt + 1:] if nxt >= 0 else ""
-        text = old[:at] + section.rstrip("\n") + "\n" + (("\n" + rest) if rest else "")
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+BASE_SECTION = "# Fault-injection score (issue 16)"
 
 
-def write_named_section(path: Path, heading: str, section: str) -> None:
-    """Replace the section of ``path`` that starts with ``heading`` (up to the next ``## `` heading or the end) with
-    ``section``, or append it; the rest is kept."""
+def write_section(path: Path, heading: str, section: str) -> None:
+    """Replace the section of ``path`` that starts with ``heading`` (up to the next ``## `` heading, or the end)
+    with ``section``; a missing section is added (the base one first, a family's last); the rest is kept."""
     old = path.read_text() if path.is_file() else ""
     at = old.find(heading)
     if at < 0:
-        text = old.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
+        parts = [section, old] if heading == BASE_SECTION else [old, section]
+        text = "\n\n".join(x.strip("\n") for x in parts if x.strip()) + "\n"
     else:
         nxt = old.find("\n## ", at + len(heading))
         rest = old[nxt + 1:] if nxt >= 0 else ""
         text = old[:at] + section.rstrip("\n") + "\n" + (("\n" + rest) if rest else "")
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def write_section(path: Path, section: str, hf: bool) -> None:
-    """Replace the base section (the file's start up to the hf section) or the hf section (from its heading to
-    the end, or to the next ``## `` heading) of ``path`` with ``section``; the other one is kept."""
-    old = path.read_text() if path.is_file() else ""
-    at = old.find(HF_SECTION)
-    base_part, hf_part = (old[:at], old[at:]) if at >= 0 else (old, "")
-    rest = ""
-    if hf_part:
-        nxt = hf_part.find("\n## ", len(HF_SECTION))
-        if nxt >= 0:
-            hf_part, rest = hf_part[:nxt + 1], hf_part[nxt + 1:]
-    if hf:
-        hf_part = section
-    else:
-        base_part = section
-    text = base_part.rstrip("\n") + "\n\n" + hf_part.rstrip("\n") + "\n" if hf_part else base_part
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text + (("\n" + rest) if rest else ""))
     os.replace(tmp, path)
 
 
@@ -408,21 +375,15 @@ def main(argv=None) -> int:
         print(f"\nreference failed on {r['case'].name} (rc {r['ref_rc']}):\n{r['ref_log'][-1500:]}")
     if args.write:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from machine import machine_line
+        from harness import machine_line
 
         cmd = "python benchmarks/fault_score.py" + (f" --family {args.family}" if args.family != "base" else "") \
             + (" --no-reference" if args.no_reference else "") + (f" --only {' '.join(args.only)}" if args.only else "")
-        head = {"hf": HF_SECTION, "xf": XF_SECTION, "tv": TV_SECTION}.get(args.family,
-                                                                          "# Fault-injection score (issue 16)")
+        head = {"hf": HF_SECTION, "xf": XF_SECTION, "tv": TV_SECTION}.get(args.family, BASE_SECTION)
         section = (f"{head}\n\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
                    f"{machine_line()}\n\nCommand: `{cmd}`\n\n" + text + "\n"
                    + {"hf": HF_NOTES, "xf": XF_NOTES, "tv": TV_NOTES}.get(args.family, ""))
-        if args.family == "xf":
-            write_named_section(Path(args.write), XF_SECTION, section)
-        elif args.family == "tv":
-            write_tv_section(Path(args.write), section)
-        else:
-            write_section(Path(args.write), section, hf=args.family == "hf")
+        write_section(Path(args.write), head, section)
         print(f"written: {args.write}")
     return 0
 
