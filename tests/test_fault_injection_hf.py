@@ -11,17 +11,14 @@ more per FF layer, so that exact matching pairs different calls of it, with and 
 
 from __future__ import annotations
 
-import json
-import re
-
 import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("openpyxl")
 
 from fault_injection.cases import HF_ARCHS, HF_CASES, HF_CONTROLS, HF_FAULTS  # noqa: E402
-from fault_injection.evaluate import (answer, consistency_problems, generate_pairs, names_nothing,  # noqa: E402
-                                      names_op, outcomes)
+from fault_injection.evaluate import (control_problems, culprit_misses, disagreements, generate_pairs,  # noqa: E402
+                                      missing_culprits, outcomes)
 from real_models import transformers_missing  # noqa: E402
 
 _SKIP = transformers_missing()
@@ -58,56 +55,20 @@ def test_the_sweep_covers_the_archs_tasks_levels_and_dtypes():
 
 def test_pairs_hold_the_expected_culprit(hf_pairs):
     """The expected names follow the models (an API's n-th call in one step, a module's dotted path)."""
-    missing = []
-    for case in CASES:
-        if case.control:
-            continue
-        for side in ("target", "golden"):
-            with open(hf_pairs / case.name / side / "step0" / "rank" / "dump.json", encoding="utf-8") as fh:
-                data = json.load(fh)["data"]
-            for n in case.expected["rank"]:
-                if not any(k == n or k.startswith(n + ".") for k in data):
-                    missing.append(f"{case.name} {side}: {n}")
+    missing = missing_culprits(hf_pairs, CASES, every=True)
     assert not missing, missing
 
 
 def test_advisor_and_diff_analyze_name_the_injected_op(hf_outcomes):
-    misses = []
-    for case in CASES:
-        if case.control:
-            continue
-        out = hf_outcomes[case.name]
-        a = out.ranks.get("rank")
-        assert out.rc == 0 and "Traceback" not in out.stderr, (case.name, out.stderr[-2000:])
-        for which in ("advisor", "da"):
-            if a is None or not names_op(a, which, case.expected["rank"]):
-                misses.append(f"{case.name} {which}: expected {case.expected['rank']}, named "
-                              f"{answer(a, which) if a else '(no answer)'}")
+    misses = culprit_misses(CASES, hf_outcomes)
     assert not misses, "\n".join(misses)
 
 
 def test_control_pairs_name_no_op(hf_outcomes):
-    problems = []
-    for case in CASES:
-        if not case.control:
-            continue
-        a = hf_outcomes[case.name].ranks.get("rank")
-        if a is None:
-            problems.append(f"{case.name}: no answer")
-            continue
-        for which in ("advisor", "da"):
-            if not names_nothing(a, which):
-                problems.append(f"{case.name} {which}: named {answer(a, which)}")
-        if not re.match(r"^rank_?\d*: none \(.+\)", a.da_first_text):
-            problems.append(f"{case.name}: no 'rank_N: none (<reason>)' line (got {a.da_first_text!r})")
-        if a.growth:
-            problems.append(f"{case.name}: growth ranking names {a.growth[:3]}")
+    problems = control_problems(CASES, hf_outcomes)
     assert not problems, "\n".join(problems)
 
 
 def test_colours_result_summary_and_advisor_agree(hf_outcomes):
-    problems = []
-    for case in CASES:
-        for rank, ans in sorted(hf_outcomes[case.name].ranks.items()):
-            problems += [f"{case.name} {rank}: {p}" for p in consistency_problems(ans)]
+    problems = disagreements(CASES, hf_outcomes)
     assert not problems, "\n".join(problems[:40])

@@ -12,16 +12,13 @@ fp16 vs fp32: one extreme element of the SE block's product; Swin bf16 vs fp32: 
 
 from __future__ import annotations
 
-import json
-import re
-
 import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("openpyxl")
 
-from fault_injection.evaluate import (answer, consistency_problems, generate_pairs, names_nothing,  # noqa: E402
-                                      names_op, outcomes)
+from fault_injection.evaluate import (control_problems, culprit_misses, disagreements, generate_pairs,  # noqa: E402
+                                      missing_culprits, outcomes)
 from fault_injection.tv import TV_CASES, TV_CONTROLS, TV_FAULTS, TV_MODELS, torchvision_missing  # noqa: E402
 
 _SKIP = torchvision_missing()
@@ -56,30 +53,12 @@ def test_the_sweep_covers_the_models_tasks_levels_and_dtypes():
 
 
 def test_pairs_hold_the_expected_culprit(tv_pairs):
-    """The expected names follow the models (an API's n-th call in one step, a module's dotted path)."""
-    missing = []
-    for case in CASES:
-        if case.control:
-            continue
-        with open(tv_pairs / case.name / "target" / "step0" / "rank" / "dump.json", encoding="utf-8") as fh:
-            data = json.load(fh)["data"]
-        if not any(k == n or k.startswith(n + ".") for n in case.expected["rank"] for k in data):
-            missing.append(f"{case.name}: none of {case.expected['rank']}")
+    missing = missing_culprits(tv_pairs, CASES, sides=("target",))
     assert not missing, missing
 
 
 def test_advisor_and_diff_analyze_name_the_injected_op(tv_outcomes):
-    misses = []
-    for case in CASES:
-        if case.control:
-            continue
-        out = tv_outcomes[case.name]
-        a = out.ranks.get("rank")
-        assert out.rc == 0 and "Traceback" not in out.stderr, (case.name, out.stderr[-2000:])
-        for which in ("advisor", "da"):
-            if a is None or not names_op(a, which, case.expected["rank"]):
-                misses.append(f"{case.name} {which}: expected {case.expected['rank']}, named "
-                              f"{answer(a, which) if a else '(no answer)'}")
+    misses = culprit_misses(CASES, tv_outcomes)
     assert not misses, "\n".join(misses)
 
 
@@ -98,27 +77,10 @@ def test_a_swapped_layer_is_listed_in_the_advisors_reason(tv_outcomes):
 
 
 def test_control_pairs_name_no_op(tv_outcomes):
-    problems = []
-    for case in CASES:
-        if not case.control:
-            continue
-        a = tv_outcomes[case.name].ranks.get("rank")
-        if a is None:
-            problems.append(f"{case.name}: no answer")
-            continue
-        for which in ("advisor", "da"):
-            if not names_nothing(a, which):
-                problems.append(f"{case.name} {which}: named {answer(a, which)}")
-        if not re.match(r"^rank_?\d*: none \(.+\)", a.da_first_text):
-            problems.append(f"{case.name}: no 'rank_N: none (<reason>)' line (got {a.da_first_text!r})")
-        if a.red:
-            problems.append(f"{case.name}: {a.red} red rows")
+    problems = control_problems(CASES, tv_outcomes)
     assert not problems, "\n".join(problems)
 
 
 def test_colours_result_summary_and_advisor_agree(tv_outcomes):
-    problems = []
-    for case in CASES:
-        for rank, ans in sorted(tv_outcomes[case.name].ranks.items()):
-            problems += [f"{case.name} {rank}: {p}" for p in consistency_problems(ans)]
+    problems = disagreements(CASES, tv_outcomes)
     assert not problems, "\n".join(problems[:40])

@@ -331,3 +331,71 @@ def outcomes(pairs: Path, outs: Path, cases, workers: int = 2) -> Dict[str, Outc
 
     with ThreadPoolExecutor(max_workers=workers) as ex:
         return dict(ex.map(one, cases))
+
+
+# ------------------------------------------------------------------------------------ checks the suites share
+def missing_culprits(pairs: Path, cases, sides=("target", "golden"), every: bool = False) -> List[str]:
+    """Fault cases whose dump (each of ``sides``) holds none of the expected names (``every``: not all of them);
+    a name is held as itself or as the prefix of a row."""
+    missing = []
+    for case in cases:
+        if case.control:
+            continue
+        for side in sides:
+            with open(pairs / case.name / side / "step0" / "rank" / "dump.json", encoding="utf-8") as fh:
+                data = json.load(fh)["data"]
+            names = case.expected["rank"]
+            held = [any(k == n or k.startswith(n + ".") for k in data) for n in names]
+            if not (all(held) if every else any(held)):
+                missing.append(f"{case.name} {side}: {'not all' if every else 'none'} of {names}")
+    return missing
+
+
+def culprit_misses(cases, outs: Dict[str, Outcome]) -> List[str]:
+    """Single-process fault cases whose run failed, or whose advisor or ``-da`` does not name the injected op."""
+    misses = []
+    for case in cases:
+        if case.control:
+            continue
+        out = outs[case.name]
+        if out.rc != 0 or "Traceback" in out.stderr:
+            misses.append(f"{case.name}: compare exited {out.rc}: {out.stderr[-2000:]}")
+            continue
+        a = out.ranks.get("rank")
+        for which in ("advisor", "da"):
+            if a is None or not names_op(a, which, case.expected["rank"]):
+                misses.append(f"{case.name} {which}: expected {case.expected['rank']}, named "
+                              f"{answer(a, which) if a else '(no answer)'}")
+    return misses
+
+
+def control_problems(cases, outs: Dict[str, Outcome]) -> List[str]:
+    """Single-process control cases where something is named, the console gives no reason for naming nothing,
+    the growth ranking names a suspect, or a row is red."""
+    problems = []
+    for case in cases:
+        if not case.control:
+            continue
+        a = outs[case.name].ranks.get("rank")
+        if a is None:
+            problems.append(f"{case.name}: no answer")
+            continue
+        for which in ("advisor", "da"):
+            if not names_nothing(a, which):
+                problems.append(f"{case.name} {which}: named {answer(a, which)}")
+        if not re.match(r"^rank_?\d*: none \(.+\)", a.da_first_text):
+            problems.append(f"{case.name}: no 'rank_N: none (<reason>)' line (got {a.da_first_text!r})")
+        if a.growth:
+            problems.append(f"{case.name}: growth ranking names {a.growth[:3]}")
+        if a.red:
+            problems.append(f"{case.name}: {a.red} red rows")
+    return problems
+
+
+def disagreements(cases, outs: Dict[str, Outcome]) -> List[str]:
+    """Where a report's colours, Result column, console summary and advisor disagree (consistency_problems)."""
+    problems = []
+    for case in cases:
+        for rank, ans in sorted(outs[case.name].ranks.items()):
+            problems += [f"{case.name} {rank}: {p}" for p in consistency_problems(ans)]
+    return problems
