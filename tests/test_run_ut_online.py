@@ -73,9 +73,12 @@ def start_checker(tmp_path, run_ut_block, out, name="checker"):
 
 
 def start_training(tmp_path, tensor_block, steps, client=None):
+    """The forward calls only (online_run_ut_recompute: the backward aten ops are not sent; they are tested in
+    tests/test_run_ut_online_backward.py), so that these tests count STEP_APIS."""
     cfg = tmp_path / "train.json"
     cfg.write_text(json.dumps({"task": "tensor", "dump_path": str(tmp_path / "dump"), "level": "L1",
-                               "tensor": dict(tensor_block, online_run_ut=True)}))
+                               "tensor": dict({"online_run_ut_recompute": True}, **tensor_block,
+                                              online_run_ut=True)}))
     script = tmp_path / "train.py"
     script.write_text(TRAIN)
     opts = {"config": str(cfg), "steps": steps, "client": client or {}}

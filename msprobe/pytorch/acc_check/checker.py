@@ -79,12 +79,11 @@ class Checker:
         name = task["name"]
         mode = "real_data" if self.real else "random_data"
         case, with_bwd, bwd_note, skip = rebuild_case(
-            task, lambda entries, propagation: case_from_records(self.dump_json, entries, propagation, mode,
-                                                                 self.seed))
+            task, lambda entries, propagation: self._case(entries, propagation, mode))
         if skip:
             return skip_result(skip)
         std = standard_of(case.func)
-        spec = case_spec(name, case, "both" if with_bwd else "forward", mode, self.seed)
+        spec = self._spec(name, case, "both" if with_bwd else "forward", mode)
         try:
             fn, autocast, bdtype, raise_dtype = rt.setup(spec)
         except (AttributeError, ValueError) as exc:
@@ -123,6 +122,13 @@ class Checker:
         if self.error_dir and (forward not in ("pass", "SKIP") or backward not in ("pass", " ", "SKIP")):
             self._save_error_data(name, spec, (fwd_d, fwd_b), (bwd_d, bwd_b))
         return {"forward": forward, "backward": backward, "message": message, "details": details}
+
+    def _case(self, entries: Dict, propagation: str, mode: str):
+        """The records of one API -> its case (the online checker's aten calls name their function otherwise)."""
+        return case_from_records(self.dump_json, entries, propagation, mode, self.seed)
+
+    def _spec(self, name: str, case, propagation: str, mode: str) -> Dict:
+        return case_spec(name, case, propagation, mode, self.seed)
 
     # ------------------------------------------------------------------ running
     def _make(self, seed: int):

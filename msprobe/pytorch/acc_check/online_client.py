@@ -7,6 +7,9 @@ its inputs (copied before the call: an in-place API changes them) and its output
 ``is_online``). Nothing is written into dump_path. The call itself runs exactly as without the tool, and a failure
 of the capture is logged and never reaches the training. The sender ends (STOP, totals in the log) when the last
 configured step has passed, at ``PrecisionDebugger`` end, or at exit.
+
+The aten ops of the backward are sent too, as ``Aten.{op}.{n}`` calls (msprobe.pytorch.acc_check.online_backward),
+unless ``online_run_ut_recompute`` is true.
 """
 
 from __future__ import annotations
@@ -17,9 +20,10 @@ import os
 
 import torch
 
+from msprobe.core.acc_check.online import aten as A
 from msprobe.core.acc_check.online.client import Sender
 from msprobe.core.acc_check.online.protocol import ITEMSIZE
-from msprobe.pytorch.dump.hooks import TLS, _DisableTF
+from msprobe.pytorch.dump.hooks import RT, TLS, _compiling, _DisableTF
 from msprobe.pytorch.dump.service import Service
 
 log = logging.getLogger("msprobe")
@@ -71,6 +75,7 @@ class OnlineHandler:
         self.sender = None
         self.step = 0
         self.warned = set()
+        self.backward_on = False    # set by OnlineService: torch >= 2 and online_run_ut_recompute false
 
     def begin(self, step, rank):
         self.step = step
@@ -117,6 +122,62 @@ class OnlineHandler:
         finally:
             TLS.depth -= 1
 
+    # ------------------------------------------------------------------ backward aten ops (online_backward)
+    def capturing(self):
+        """Whether a backward starting now has its aten ops sent."""
+        svc = self.service
+        return (self.backward_on and self.sender is not None and RT.on and not TLS.depth and not _compiling()
+                and os.getpid() == svc.pid and not svc.ended)
+
+    def aten_before(self, op, overload, args, kwargs):
+        """Called by the dispatch mode before an aten op runs: its number, and its inputs copied (None when the
+        op is not sent). Never raises."""
+        if TLS.depth or self.sender is None:
+            return None         # an op run by a captured API call or by the tool itself
+        full = op
+        TLS.depth += 1
+        try:
+            col = self.service.collector
+            key = f"{A.PREFIX}.{op}"
+            n = col.api_count.get(key, 0)
+            col.api_count[key] = n + 1
+            full = A.call_name(op, n)
+            if not A.listed(self.service.cfg.list or (), full):
+                return None
+            from msprobe.pytorch.acc_check.online_backward import _AtenCapture, _plain_tensors
+            if not (_plain_tensors(args) and _plain_tensors(kwargs)):
+                if "subclass" not in self.warned:
+                    self.warned.add("subclass")
+                    log.info("msprobe online run_ut: %s takes a tensor subclass or meta tensor: backward ops like it "
+                             "are not sent", full)
+                return None
+            with _DisableTF():
+                capture = _AtenCapture(self.service.collector)
+                rec = {"input_args": [capture.value(a, f"{full}.input.{i}") for i, a in enumerate(args)],
+                       "input_kwargs": {k: capture.value(v, f"{full}.kwargs.{k}", k) for k, v in kwargs.items()},
+                       "overload": overload}
+            return full, capture, rec
+        except Exception as exc:  # noqa: BLE001 - never into the training
+            self._warn(full, exc)
+            return None
+        finally:
+            TLS.depth -= 1
+
+    def aten_after(self, pending, out):
+        """Called by the dispatch mode after the op: its outputs copied, the call queued. Never raises."""
+        full, capture, rec = pending
+        TLS.depth += 1
+        try:
+            with _DisableTF():
+                outs = out if isinstance(out, (tuple, list)) else [out]
+                rec["output"] = [capture.value(o, f"{full}.output.{i}") for i, o in enumerate(outs)]
+                raws = [_raw(e) for e in capture.tensors]
+            self.sender.submit(full, self.step, rec, raws)
+        except Exception as exc:  # noqa: BLE001 - never into the training
+            self._warn(full, exc)
+        finally:
+            TLS.depth -= 1
+
     def _warn(self, name, exc):
         key = type(exc).__name__
         if key not in self.warned:
@@ -139,6 +200,15 @@ class OnlineService(Service):
         self.online = OnlineHandler(self)
         self.hooks.api_handler = self.online
         self.stats = None
+        self.backward_patch = None
+        if not cfg.online.recompute:
+            from msprobe.pytorch.acc_check.online_backward import BackwardPatch, supported
+            why = supported()
+            if why:
+                log.warning("msprobe online run_ut: the backward aten ops are not sent with %s", why)
+            else:
+                self.online.backward_on = True
+                self.backward_patch = BackwardPatch(self.online)
         atexit.register(self._close_at_exit)
 
     def _open_step(self):
@@ -153,10 +223,27 @@ class OnlineService(Service):
     def _begin(self, model):
         self.online.begin(self.current_iter, self.rank())
         super()._begin(model)
+        if self.backward_patch is not None:
+            try:
+                self.backward_patch.install()
+            except Exception as exc:  # noqa: BLE001 - never into the training
+                self.online._warn("the backward", exc)
+
+    def _remove_backward_patch(self):
+        if self.backward_patch is not None:
+            try:
+                self.backward_patch.remove()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def _not_dumped(self):
+        super()._not_dumped()
+        self._remove_backward_patch()
 
     def end(self):
         was = self.ended
         super().end()
+        self._remove_backward_patch()
         if not was:
             self.stats = self.online.close()
 
@@ -164,6 +251,7 @@ class OnlineService(Service):
         try:
             if os.getpid() == self.pid and self.online.sender is not None:
                 self._switch_off()
+                self._remove_backward_patch()
                 self.stats = self.online.close()
         except Exception:  # noqa: BLE001 - nothing may fail at exit
             pass

@@ -132,7 +132,7 @@ def grad_leaves(args, kwargs, specs_args, specs_kwargs):
 
 
 def resolve_api(kind, name):
-    root = {"Functional": torch.nn.functional, "Tensor": torch.Tensor, "Torch": torch}[kind]
+    root = {"Functional": torch.nn.functional, "Tensor": torch.Tensor, "Torch": torch, "Aten": torch.ops.aten}[kind]
     fn = root
     for part in name.split("."):
         fn = getattr(fn, part)

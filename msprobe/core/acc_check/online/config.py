@@ -28,6 +28,8 @@ class OnlineConfig:
     black_list: Tuple[str, ...] = ()
     error_data_path: str = "./"
     source: str = ""
+    #: training side: ``online_run_ut_recompute`` (the backward aten ops are not captured then)
+    recompute: bool = False
 
     @property
     def transport(self) -> str:
@@ -151,4 +153,4 @@ def client_config(section: dict, fail: Callable[[str, Any, str], MsprobeError], 
     if not on:
         return None
     out = _check_common(f"{source}: tensor", section, "client")
-    return OnlineConfig(source=source, **out)
+    return OnlineConfig(source=source, recompute=recompute, **out)
