@@ -1,8 +1,10 @@
 """Online run_ut: a 200-step training loop (small MLP) streaming to the checker on 127.0.0.1, the checker killed
-(SIGKILL) once a third of the calls are written and restarted; both transports. Prints one JSON object per run
-with the training side's totals and what the result CSV holds.
+(SIGKILL) once a third of the calls are written and restarted; both transports, forward calls only
+(``online_run_ut_recompute``), then one TCP run with the backward aten ops sent too (``--backward tcp``: 14
+``Aten.*`` calls per step besides the 9 forward ones). Prints one JSON object per run with the training side's
+totals and what the result CSV holds.
 
-    python benchmarks/run_ut_online_bench.py [--steps 200] [--transport tcp dir]
+    python benchmarks/run_ut_online_bench.py [--steps 200] [--transport tcp dir] [--backward tcp]
 """
 
 import argparse
@@ -58,7 +60,12 @@ def result_rows(work):
         return list(csv.reader(fh))[1:]
 
 
-def run(transport, steps, kill):
+#: the aten ops of one step's backward of TRAIN's MLP that are sent (views like aten.t are, view/detach are not)
+STEP_ATEN = (["Aten.mse_loss_backward.0", "Aten.threshold_backward.0", "Aten.sum.0", "Aten.sum.1"]
+             + [f"Aten.mm.{k}" for k in range(3)] + [f"Aten.t.{k}" for k in range(7)])
+
+
+def run(transport, steps, kill, backward=False):
     work = tempfile.mkdtemp(prefix=f"online-bench-{transport}-")
     if transport == "tcp":
         with socket.socket() as s:
@@ -70,9 +77,10 @@ def run(transport, steps, kill):
         block = {"nfs_path": os.path.join(work, "nfs")}
     with open(os.path.join(work, "train.json"), "w") as fh:
         json.dump({"task": "tensor", "dump_path": os.path.join(work, "dump"), "level": "L1",
-                   "tensor": dict(block, online_run_ut=True)}, fh)
+                   "tensor": dict(block, online_run_ut=True, online_run_ut_recompute=not backward)}, fh)
     with open(os.path.join(work, "train.py"), "w") as fh:
         fh.write(TRAIN)
+    apis = STEP_APIS + (STEP_ATEN if backward else [])
     started = time.time()
     chk = checker(work, block, "checker1")
     train = subprocess.Popen([sys.executable, os.path.join(work, "train.py"),
@@ -80,7 +88,7 @@ def run(transport, steps, kill):
                              cwd=work, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     killed_at = None
     if kill:
-        target = steps * len(STEP_APIS) // 3
+        target = steps * len(apis) // 3
         while len(result_rows(work)) < target and chk.poll() is None:
             time.sleep(0.05)
         killed_at = len(result_rows(work))
@@ -93,11 +101,11 @@ def run(transport, steps, kill):
     rows = result_rows(work)
     names = [r[0] for r in rows]
     stats = json.loads([ln for ln in out.splitlines() if ln.startswith("STATS ")][-1][6:])
-    expected = {f"{a}.step{s}" for s in range(steps) for a in STEP_APIS}
+    expected = {f"{a}.step{s}" for s in range(steps) for a in apis}
     verdicts = {}
     for r in rows:
         verdicts[r[1]] = verdicts.get(r[1], 0) + 1
-    return {"transport": transport, "steps": steps, "checker_killed_after_rows": killed_at,
+    return {"transport": transport, "backward": backward, "steps": steps, "checker_killed_after_rows": killed_at,
             "training_rc": train.returncode, "checker_rc": rc_chk,
             "training_seconds": float([ln for ln in out.splitlines() if ln.startswith("TRAIN_SECONDS")][-1].split()[1]),
             "wall_seconds": round(time.time() - started, 1), "client": stats,
@@ -110,12 +118,16 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--transport", nargs="+", default=["tcp", "dir"])
+    ap.add_argument("--backward", nargs="*", default=["tcp"], help="transports of the runs with the backward aten "
+                    "ops sent too (none: --backward with no value)")
     ap.add_argument("--no-kill", action="store_true")
     args = ap.parse_args()
     base = subprocess.run([sys.executable, "-c", BASELINE, str(args.steps)], capture_output=True, text=True, env=env())
     print(json.dumps({"baseline_training_seconds_no_tool": float(base.stdout.split()[1]), "steps": args.steps}))
     for t in args.transport:
         print(json.dumps(run(t, args.steps, not args.no_kill)), flush=True)
+    for t in args.backward:
+        print(json.dumps(run(t, args.steps, not args.no_kill, backward=True)), flush=True)
 
 
 if __name__ == "__main__":
