@@ -173,6 +173,13 @@ def test_a_failing_capture_never_reaches_the_training(debugger, caplog, monkeypa
 
 
 # ------------------------------------------------------------------ the checker's side, in-process
+@pytest.fixture(autouse=True)
+def _threads():
+    n = torch.get_num_threads()     # make_judge sets one thread, as the checker process runs
+    yield
+    torch.set_num_threads(n)
+
+
 def _frame(name, overload, args, out):
     tensors, bufs = [], []
 
@@ -187,7 +194,7 @@ def _frame(name, overload, args, out):
             return [rec(x) for x in v]
         return {"type": type(v).__name__, "value": v}
     record = {"input_args": [rec(a) for a in args], "input_kwargs": {}, "overload": overload}
-    record["output"] = [rec(out)]
+    record["output"] = [rec(o) for o in (out if isinstance(out, (list, tuple)) else [out])]
     head = {"seq": 0, "session": "s", "rank": 0, "step": 0, "name": name, "record": record, "tensors": tensors}
     return P.parse_bytes(P.encode_bytes(P.DATA, head, bufs))
 
@@ -290,3 +297,31 @@ def test_backward_rows_judged_and_a_faulty_kernel_found(tmp_path):
     details = {r[0]: r for r in rows(out, "details")}
     conv = [n for n in details if n.startswith("Aten.convolution_backward.0.step0.forward.output.")]
     assert len(conv) == 3                                             # grad input, grad weight, no bias grad
+
+
+def test_cpu_checker_judges_low_precision_against_its_own_cpu_run(monkeypatch):
+    """bfloat16 layer-norm backward: the weight/bias gradients of the CPU kernel are not the float32 benchmark
+    rounded to bfloat16; the ratio standard compares the training's error with the checker's CPU run in
+    bfloat16 (a second implementation), so a clean call passes and a 2 % fault is an error."""
+    from msprobe.pytorch.acc_check import online_checker as oc
+    judge = oc.make_judge({})
+    g = torch.Generator().manual_seed(3)
+    x, gy = (torch.randn(16, 64, generator=g).bfloat16() for _ in range(2))
+    w, b = (torch.randn(64, generator=g).bfloat16() for _ in range(2))
+    _, mean, rstd = torch.ops.aten.native_layer_norm.default(x, [64], w, b, 1e-5)
+    args = [gy, x, [64], mean, rstd, w, b, [True, True, True]]
+    res = list(torch.ops.aten.native_layer_norm_backward.default(*args))
+
+    def verdicts(outs):
+        f = _frame("Aten.native_layer_norm_backward.0", "default", args, outs)
+        return [d["Status"] for d in judge(f.header, P.tensor_views(f))["details"]]
+    assert "error" not in verdicts(res)
+    assert verdicts([res[0], res[1] * 1.02, res[2]]) == ["pass", "error", "pass"]
+    run = oc.OnlineCallChecker._run
+
+    def rounded_benchmark_only(self, *a, **k):     # what the ratio was against before: clean is an error
+        runs, failure = run(self, *a, **k)
+        self.reference_on_cpu = False
+        return runs, failure
+    monkeypatch.setattr(oc.OnlineCallChecker, "_run", rounded_benchmark_only)
+    assert "error" in verdicts(res)

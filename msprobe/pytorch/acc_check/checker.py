@@ -72,6 +72,9 @@ def case_spec(name: str, case, propagation: str, mode: str, seed: int) -> Dict:
 
 
 class Checker:
+    #: judge a CPU device's outputs against ``runs["reference"]`` too (the online checker's own CPU run)
+    reference_on_cpu = False
+
     def __init__(self, device: str, real_data: bool, error_dir: Optional[str], seed: int, dump_json: str):
         self.device, self.real, self.error_dir, self.seed, self.dump_json = device, real_data, error_dir, seed, dump_json
 
@@ -156,7 +159,7 @@ class Checker:
                      "Message": f"the device gave {len(dev)} outputs, the benchmark {len(bench)}"}]
         rows = []
         for k, (d, b) in enumerate(zip(dev, bench)):
-            r = ref[k] if (self.device != "cpu" and ref and k < len(ref)) else None
+            r = ref[k] if ((self.device != "cpu" or self.reference_on_cpu) and ref and k < len(ref)) else None
             sc = scale[k] if scale and k < len(scale) else None
             rows.append(detail_row(f"{prefix}.output.{k}", rt.assess_output(std, d, b, r, autocast, sc), d, b))
         return rows
