@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import threading
 
 import torch
 
@@ -76,6 +77,7 @@ class OnlineHandler:
         self.step = 0
         self.warned = set()
         self.backward_on = False    # set by OnlineService: torch >= 2 and online_run_ut_recompute false
+        self._count_lock = threading.Lock()
 
     def begin(self, step, rank):
         self.step = step
@@ -139,8 +141,9 @@ class OnlineHandler:
         try:
             col = self.service.collector
             key = f"{A.PREFIX}.{op}"
-            n = col.api_count.get(key, 0)
-            col.api_count[key] = n + 1
+            with self._count_lock:      # the engine may run a CUDA backward on its device threads
+                n = col.api_count.get(key, 0)
+                col.api_count[key] = n + 1
             full = A.call_name(op, n)
             if not A.listed(self.service.cfg.list or (), full):
                 return None
