@@ -140,6 +140,28 @@ def test_backward_aten_ops_sent_gradients_unchanged(debugger):
     assert rec["Aten.convolution_backward.0"]["output"][2] is None      # no bias: no bias gradient
 
 
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_checkpoint_backward_inside_backward(debugger, reentrant):
+    """torch.utils.checkpoint: the recomputed forward runs inside the backward (a reentrant one calls
+    torch.autograd.backward again): one capture goes on, every op once, the gradients unchanged."""
+    import torch.utils.checkpoint as cp
+    dbg = debugger()
+    torch.manual_seed(0)
+    mods = torch.nn.ModuleList([torch.nn.Linear(8, 8), torch.nn.Linear(8, 1)])
+    ref = copy.deepcopy(mods)
+    x = torch.randn(4, 8, requires_grad=True)
+
+    def loss(m):
+        return m[1](cp.checkpoint(lambda t: torch.relu(m[0](t)), x, use_reentrant=reentrant)).sum()
+    loss(ref).backward()
+    dbg.start(mods)
+    loss(mods).backward()
+    dbg.stop()
+    assert all(torch.equal(p.grad, q.grad) for p, q in zip(mods.parameters(), ref.parameters()))
+    aten = [c[0] for c in FakeSender.calls if c[0].startswith("Aten.")]
+    assert len(aten) == len(set(aten)) and {"Aten.addmm.0", "Aten.threshold_backward.0"} <= set(aten)
+
+
 def test_recompute_turns_the_backward_capture_off(debugger):
     original = torch.autograd.backward
     dbg = debugger(online_run_ut_recompute=True)
