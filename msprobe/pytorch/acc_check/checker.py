@@ -159,7 +159,8 @@ class Checker:
                      "Message": f"the device gave {len(dev)} outputs, the benchmark {len(bench)}"}]
         rows = []
         for k, (d, b) in enumerate(zip(dev, bench)):
-            r = ref[k] if ((self.device != "cpu" or self.reference_on_cpu) and ref and k < len(ref)) else None
+            use_ref = (self.device != "cpu" or self.reference_on_cpu) and ref and k < len(ref)
+            r = ref[k] if use_ref else None
             sc = scale[k] if scale and k < len(scale) else None
             rows.append(detail_row(f"{prefix}.output.{k}", rt.assess_output(std, d, b, r, autocast, sc), d, b))
         return rows

@@ -6,9 +6,10 @@ through it) inside a dispatch mode that sends every aten op executed during the 
 ``Aten.{op}.{n}`` (``n`` counts per op and per step, from 0, as the forward calls' numbers do), with the op's
 overload (``default``, ``dim_IntList`` ...) in the record. Left out: the ops of :data:`BLACKLIST` (creation,
 copy, view, cast and communication ops, whose check says nothing about precision; the reference's
-``torch_ops_config.yaml`` list plus its ``broadcast_``), ops outside the ``aten`` namespace (``c10d``, ``prims``
-...), and ops run while the tool itself is working. For the ops of :data:`GRAD_MODE_OPS` grad mode is switched
-on around the op, as the reference does (an NPU kernel of those ops checks it; the values are the same).
+``torch_ops_config.yaml`` list plus ``broadcast_`` and the layout-dependent views such as ``as_strided``), ops
+outside the ``aten`` namespace (``c10d``, ``prims`` ...), and ops run while the tool itself is working. For the
+ops of :data:`GRAD_MODE_OPS` grad mode is switched on around the op, as the reference does (an NPU kernel of those
+ops checks it; the values are the same).
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from typing import Iterable, Optional, Tuple
 
 PREFIX = "Aten"
 
-#: aten ops never sent (the op's name without overload)
-BLACKLIST = frozenset("""
+#: aten ops never sent (the op's name without overload); the reference's list plus ``broadcast_`` and the views
+#: whose result depends on the input's storage layout (strides, offset), which the sent contiguous copy does not keep
+BLACKLIST = frozenset("""as_strided as_strided_ _reshape_alias
 _cudnn_rnn _local_scalar_dense _pin_memory _to_copy _unsafe_view add_ allreduce_ broadcast_ clone contiguous copy_
 cudnn_batch_norm cudnn_batch_norm_backward detach empty index_put_ lift_fresh max max_pool2d_with_indices
 max_pool2d_with_indices_backward native_batch_norm_backward new_empty new_empty_strided new_full new_ones new_zeros
