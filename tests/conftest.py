@@ -18,3 +18,16 @@ def fixtures_or_skip() -> Path:
 @pytest.fixture
 def fixtures() -> Path:
     return fixtures_or_skip()
+
+
+def pytest_collection_finish(session):
+    """Start the other venvs' sub-suites now, so that they run beside this session (tests/background.py)."""
+    import background
+
+    background.start_selected(session.items)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    import background
+
+    background.stop_all()

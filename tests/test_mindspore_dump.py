@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+from background import Suite, result, runs_early
 from conftest import ROOT
 
 MS_PY = ROOT / ".venv-ms" / "bin" / "python"
@@ -69,19 +70,25 @@ def test_unknown_attribute_is_attribute_error():
         m.no_such_thing  # noqa: B018
 
 
-def test_tests_mindspore_in_ms_venv():
-    """Runs tests/mindspore with .venv-ms (mindspore 2.10.0 CPU, numpy<2)."""
+def _ms_suite():
+    if not MS_PY.exists():
+        return None
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_") and k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    return Suite(str(MS_PY), "tests/mindspore", str(ROOT), env, timeout=1800)
+
+
+@runs_early(_ms_suite)
+def test_tests_mindspore_in_ms_venv(request):
+    """Runs tests/mindspore with .venv-ms (mindspore 2.10.0 CPU, numpy<2), started after collection so that it
+    runs beside the rest of the suite (tests/background.py)."""
     if not MS_PY.exists():
         pytest.skip(f"{MS_PY.relative_to(ROOT)} not found: {HINT}")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_") and k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    res = subprocess.run([str(MS_PY), "-m", "pytest", "-q", "-ra", "-p", "no:cacheprovider", "tests/mindspore"],
-                         cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=1800)
-    out = res.stdout + res.stderr
+    rc, out = result(request.node.nodeid, _ms_suite)
     tail = out[-6000:]
     m = re.search(r"SKIPPED \[\d+\] \S+: (mindspore is not installed[^\n]*)", out)
-    if res.returncode == 0 and m and not re.search(r"\b\d+ passed\b", out):
+    if rc == 0 and m and not re.search(r"\b\d+ passed\b", out):
         pytest.skip(f".venv-ms is incomplete: {m.group(1)}")
-    assert res.returncode == 0, f"tests/mindspore failed in .venv-ms (rc={res.returncode}):\n{tail}"
+    assert rc == 0, f"tests/mindspore failed in .venv-ms (rc={rc}; None: over its time limit):\n{tail}"
     summary = out.strip().splitlines()[-1] if out.strip() else ""
     assert re.search(r"\b\d+ passed\b", summary), f"no test passed in tests/mindspore:\n{tail}"
     assert not re.search(r"\b\d+ (failed|errors?)\b", summary), tail

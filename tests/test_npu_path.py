@@ -13,6 +13,7 @@ import types
 
 import pytest
 
+from background import Suite, result, runs_early
 from conftest import ROOT
 
 NPU_PY = ROOT / ".venv-npu" / "bin" / "python"
@@ -135,21 +136,27 @@ def test_npu_state_torch_npu_without_torch_npu_attr(npu, tmp_path, monkeypatch):
     assert npu.npu_state().startswith("broken:")
 
 
-def test_tests_npu_in_npu_venv():
-    """Runs tests/npu with .venv-npu (torch 2.13.0+cpu + torch-npu 2.13.0 + the CANN stub)."""
+def _npu_suite():
     if not NPU_PY.exists():
-        pytest.skip(f"{NPU_PY.relative_to(ROOT)} not found: {HINT}")
+        return None
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("PYTEST_") and k not in ("PYTHONPATH", "VIRTUAL_ENV", "TORCH_DEVICE_BACKEND_AUTOLOAD")}
-    res = subprocess.run([str(NPU_PY), "-m", "pytest", "-q", "-ra", "-p", "no:cacheprovider", "tests/npu"],
-                         cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=900)
-    out = res.stdout + res.stderr
+    return Suite(str(NPU_PY), "tests/npu", str(ROOT), env, timeout=900)
+
+
+@runs_early(_npu_suite)
+def test_tests_npu_in_npu_venv(request):
+    """Runs tests/npu with .venv-npu (torch 2.13.0+cpu + torch-npu 2.13.0 + the CANN stub), started after
+    collection so that it runs beside the rest of the suite (tests/background.py)."""
+    if not NPU_PY.exists():
+        pytest.skip(f"{NPU_PY.relative_to(ROOT)} not found: {HINT}")
+    rc, out = result(request.node.nodeid, _npu_suite)
     tail = out[-6000:]
     # an incomplete venv (failed install or stub build): the conftest skips everything with its reason
     m = re.search(r"SKIPPED \[\d+\] \S+: (torch_npu is not installed[^\n]*|CANN stub not found[^\n]*)", out)
-    if res.returncode == 0 and m and not re.search(r"\b\d+ passed\b", out):
+    if rc == 0 and m and not re.search(r"\b\d+ passed\b", out):
         pytest.skip(f".venv-npu is incomplete: {m.group(1)}")
-    assert res.returncode == 0, f"tests/npu failed in .venv-npu (rc={res.returncode}):\n{tail}"
+    assert rc == 0, f"tests/npu failed in .venv-npu (rc={rc}; None: over its time limit):\n{tail}"
     summary = out.strip().splitlines()[-1] if out.strip() else ""
     assert re.search(r"\b\d+ passed\b", summary), f"no test passed in tests/npu:\n{tail}"
     assert not re.search(r"\b\d+ (failed|errors?)\b", summary), tail
