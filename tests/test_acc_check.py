@@ -609,6 +609,30 @@ def test_reference_made_details_through_both_compares(tmp_path, dumps):
     assert errors == {n for n in apis_of(dumps["statistics"]) if n.rsplit(".", 1)[0] in NOISY_STANDARD}
 
 
+def test_absolute_threshold_measures_a_cancelling_add_against_its_terms():
+    """An SGD update p.add_(g, alpha=-lr) whose result is far smaller than its terms: fp32 rounds the terms
+    (|p| + lr|g| ~ 0.02), so the result is 2.2e-10 off, 5.5e-5 of itself. The reference's formula (relative
+    to the result) called that an error; taken at max(|b|, API on |inputs|) it passes, and a real error
+    (the update 1e-4 off) is still an error. Found in the online run_ut on an SGD update (Tensor.add_)."""
+    from msprobe.pytorch.op_generate import runtime as rt
+
+    p = torch.tensor([0.0100021362], dtype=torch.float32)
+    g = torch.tensor([0.99980926], dtype=torch.float32)
+    d = p.clone().add_(g, alpha=-0.01)
+    b = p.double().add(g.double(), alpha=-0.01)
+    assert 1e-10 < float((d.double() - b).abs()) < 1e-9
+    assert rt.assess_output("absolute", d, b, None)["verdict"] == "error"          # without a scale
+    spec = {"ARGS": [rt.T("torch.float32", [1]), rt.T("torch.float32", [1])], "KWARGS": {"alpha": -0.01}}
+    scale = rt.magnitude_run(spec, torch.add, [p.double(), g.double()], {"alpha": -0.01}, [], torch.float64, {},
+                             "forward")
+    scale = scale[0] if isinstance(scale, (list, tuple)) else scale
+    assert float(scale) == pytest.approx(0.0100021362 + 0.0099980926, rel=1e-6)  # |p| + |alpha| |g|
+    res = rt.assess_output("absolute", d, b, None, scale=scale)
+    assert res["verdict"] == "pass", res
+    assert ("Relative error taken at", "max(|out_bench|, API on |inputs|)", "", "") in res["head"]
+    assert rt.assess_output("absolute", d + 1e-4, b, None, scale=scale)["verdict"] == "error"
+
+
 def test_ulp_is_taken_at_the_magnitude_of_the_summed_terms():
     """ULP standard: rounding noise of a sum that cancels to ~0 is a few ULPs of its terms' magnitude
     (the API on |inputs|), while a real error stays far off; without a scale, the reference's formula."""

@@ -62,10 +62,21 @@ def metrics_binary(d, b):
     return {"Error Rate": float(np.count_nonzero(~same)) / d.size}
 
 
-def metrics_absolute(d, b, dev):
+def metrics_absolute(d, b, dev, scale=None):
+    """The absolute-threshold standard's error rates.  ``scale``: the API on the absolute values of its inputs
+    (|x| + |alpha*y| for an add): the relative error and the small-value test are then taken at
+    max(|b|, scale), so that the rounding of an add or sub that cancels (an SGD update ``p.add_(g, alpha=-lr)``
+    whose result is far smaller than its terms) is measured against the terms it rounds, not the result
+    (the reference measures it against the result and reports such an update as an error)."""
     rtol, small_value, atol = ABS_THRESHOLDS.get(dev, ABS_DEFAULT)
     d64, b64, finite, ae, re, mismatch = _errors(d, b)
-    small = finite & (np.abs(b64) <= small_value)
+    mag = np.abs(b64)
+    if scale is not None:
+        with np.errstate(all="ignore"):
+            sc = np.nan_to_num(np.abs(np.asarray(scale, dtype=np.float64)), nan=0.0, posinf=0.0)
+            mag = np.maximum(mag, sc)
+            re = ae / (mag + EPS_BY_BENCH.get(np.asarray(b).dtype.name, 2.0 ** -23))
+    small = finite & (mag <= small_value)
     normal = finite & ~small
     n_normal, n_small = int(normal.sum()), int(small.sum())
     return {
@@ -134,7 +145,7 @@ def metrics_of(standard, d, b, dev, scale=None):
     if standard == "binary":
         return metrics_binary(d, b)
     if standard == "absolute":
-        return metrics_absolute(d, b, dev)
+        return metrics_absolute(d, b, dev, scale)
     if standard == "ulp":
         return metrics_ulp(d, b, dev, scale)
     if standard == "thousandth":
@@ -236,7 +247,7 @@ def assess_arrays(standard, d, b, ref=None, judged=None, device_dtype=None, benc
     implementation's output or, when there is none, the benchmark rounded to the device dtype (None: no
     ratio); ``judged``: the dtype name whose thresholds apply (default: ``device_dtype``);
     ``device_dtype``/``bench_dtype``: the framework's dtype texts for the table; ``scale``: the API on the
-    absolute values of its inputs (ULP standard).  Returns a dict with ``verdict`` and either ``message``
+    absolute values of its inputs (ULP and absolute-threshold standards).  Returns a dict with ``verdict`` and either ``message``
     or ``head`` + ``rows``, the ``metrics`` and the ``standard`` used."""
     d, b = np.asarray(d), np.asarray(b)
     device_dtype = device_dtype or d.dtype.name
@@ -251,7 +262,7 @@ def assess_arrays(standard, d, b, ref=None, judged=None, device_dtype=None, benc
     std = standard if _family(d) == "float" else "binary"
     d, b = _real_view(d), _real_view(b)
     dev = judged or dtype_name(device_dtype)
-    if not (std == "ulp" and scale is not None and np.shape(scale) == b.shape
+    if not (std in ("ulp", "absolute") and scale is not None and np.shape(scale) == b.shape
             and np.asarray(scale).dtype.kind == "f"):
         scale = None
     m = metrics_of(std, d, b, dev, scale)
@@ -266,6 +277,7 @@ def assess_arrays(standard, d, b, ref=None, judged=None, device_dtype=None, benc
     if judged_text:
         head.append(("Thresholds of", judged_text, "", ""))
     if scale is not None:
-        head.append(("ULP taken at", "max(|out_bench|, API on |inputs|)", "", ""))
+        head.append(("ULP taken at" if std == "ulp" else "Relative error taken at",
+                     "max(|out_bench|, API on |inputs|)", "", ""))
     rows, verdict = judge_metrics(std, dev, m, ref_m)
     return {"verdict": verdict, "head": head, "rows": rows, "metrics": m, "standard": std}

@@ -269,7 +269,7 @@ def run_iteration(spec, fn, make, bdtype, device):
     for label, fdt in (("device", None), ("bench", bdtype)):
         runs[label] = guarded(label, device, lambda: settled(run_once(fn, place(args, fdt), place(kwargs, fdt),
                                                                       propagation, place(grads, fdt))))
-    if spec["STANDARD"] == "ulp":
+    if spec["STANDARD"] in ("ulp", "absolute"):
         try:
             runs["scale"] = settled(run_once(fn, place(args, bdtype, True), place(kwargs, bdtype, True), propagation,
                                              place(grads, bdtype, True)))

@@ -314,7 +314,8 @@ def assess_output(standard, d, b, ref, autocast=None, scale=None):
 
     ``ref``: the reference implementation's output (None when the device is the CPU); ``autocast``: the
     dtype the call computed in, which sets the thresholds for float32 outputs of an autocast call;
-    ``scale``: the output of the API on the absolute values of its inputs (ULP standard, see ulp_errors).
+    ``scale``: the output of the API on the absolute values of its inputs (ULP and absolute-threshold
+    standards, see ulp_errors and op_standards.metrics_absolute).
     The metrics and verdicts are those of op_standards.assess_arrays, on numpy copies."""
     plain = plain_outcome(d, b, lambda x: isinstance(x, torch.Tensor))
     if plain is not None:
@@ -405,7 +406,7 @@ def run_iteration(spec, fn, device, make, seed, autocast, bdtype, raise_dtype, p
         torch.manual_seed(seed)
         runs[label] = guarded(label, dev, lambda: run_once(fn, a, kw, propagation, g, args_spec, kwargs_spec,
                                                            ac if fdt is None else None, dev))
-    if spec["STANDARD"] == "ulp":
+    if spec["STANDARD"] in ("ulp", "absolute"):
         runs["scale"] = magnitude_run(spec, fn, bench_args, bench_kwargs, grads, bdtype, raise_dtype, propagation)
     return runs
 
@@ -425,7 +426,8 @@ def _magnitude(obj):
 
 
 def magnitude_run(spec, fn, args, kwargs, grads, bdtype, raise_dtype, propagation):
-    """The ULP-standard APIs (matmul family) are multilinear: run on the absolute values of their inputs
+    """The ULP-standard APIs (matmul family) and the absolute-threshold ones (add, sub, mul, div, ...) are
+    multilinear or elementwise: run on the absolute values of their inputs
     (and output gradients) in the benchmark dtype, each output element becomes the sum of the magnitudes
     of the terms it adds up, the scale its rounding noise follows.  None when that run fails."""
     try:
