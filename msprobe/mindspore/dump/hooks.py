@@ -108,6 +108,7 @@ class Hooks:
         self._cell_handles = []
         self._param_handles = []
         self._hooked_cells = []      # (cell, our hook functions): taken off while a jit graph compiles and runs
+        self._bprop_constructs = []  # (cell, its own construct attribute or None, our wrapper): custom-bprop Cells
         self._prim_classes = {}      # (original class, attr) -> wrapped subclass
         self._prims = []             # (instance, original class)
         self.prim_count = {}
@@ -193,7 +194,11 @@ class Hooks:
                 if len(keep) != len(items):
                     d.clear()
                     d.update(keep)
-                    out.append((d, items))
+                    out.append(functools.partial(_refill, d, items))
+        for cell, orig, wrapper in self._bprop_constructs:   # (the compiler parses a construct's source)
+            if cell.__dict__.get("construct") is wrapper:
+                _set_construct(cell, orig)
+                out.append(functools.partial(_set_construct, cell, wrapper))
         return out
 
     # ------------------------------------------------------------------ @jit regions
@@ -206,9 +211,8 @@ class Hooks:
             try:
                 return run(*args, **kwargs)
             finally:
-                for d, items in detached:
-                    d.clear()
-                    d.update(items)
+                for undo in detached:
+                    undo()
         col = self.col
         obj = getattr(executor, "obj", None)
         fn = getattr(executor, "fn", None)
@@ -240,9 +244,8 @@ class Hooks:
             try:
                 out = run(*args, **kwargs)
             finally:
-                for d, items in detached:
-                    d.clear()
-                    d.update(items)
+                for undo in detached:
+                    undo()
                 if patched:
                     self.patch_on()
             col.api_count[name] = n + 1
@@ -541,6 +544,24 @@ class Hooks:
         self._cell_handles.append(cell.register_forward_pre_hook(pre, with_kwargs=True))
         self._cell_handles.append(cell.register_forward_hook(post, with_kwargs=True))
         self._hooked_cells.append((cell, (pre, post)))
+        if getattr(cell, "has_bprop", False) and callable(getattr(cell, "construct", None)):
+            # MindSpore runs the pre-hook of a Cell with a custom bprop but not its forward hook: without this
+            # its forward record was missing and every later record was nested inside it (construct.json).
+            # Its construct's return closes the frame instead; its gradients stay MindSpore's bprop (no
+            # output hook), as they were
+            own = cell.__dict__.get("construct")
+            orig = cell.construct
+
+            def construct(*args, **kwargs):
+                out = orig(*args, **kwargs)
+                if frames:
+                    frame = frames.pop()
+                    if frame[4] == col.generation and RT.on and not TLS.depth:
+                        guarded(errors, frame[0], record_outputs, frame[:5] + (None,), out)
+                return out
+
+            _set_construct(cell, construct)
+            self._bprop_constructs.append((cell, own, construct))
         for pn, p in params:
             if p.requires_grad:
                 self._param_handles.append(p.register_hook(self._param_hook(prefix, pn)))
@@ -609,6 +630,10 @@ class Hooks:
         self._cell_handles = []
         self._param_handles = []
         self._hooked_cells = []
+        for cell, own, wrapper in self._bprop_constructs:
+            if cell.__dict__.get("construct") is wrapper:
+                _set_construct(cell, own)
+        self._bprop_constructs = []
         for prim, cls in self._prims:
             try:
                 prim.__class__ = cls
@@ -687,6 +712,19 @@ def install_jit(hooks):
     JitDump.__name__ = JitDump.__qualname__ = base.__name__
     _JIT["orig"] = base
     mod._JitExecutor = JitDump
+
+
+def _refill(d, items):
+    d.clear()
+    d.update(items)
+
+
+def _set_construct(cell, fn):
+    """Set (or, for None, remove) a Cell instance's own ``construct`` attribute."""
+    if fn is None:
+        cell.__dict__.pop("construct", None)
+    else:
+        cell.__dict__["construct"] = fn
 
 
 def uninstall_jit(hooks):
