@@ -197,8 +197,8 @@ MindSpore's gradient of the MSE target (1).
 Not swept: the reference (MindStudio Probe 26.2.0 compares MindSpore dumps only with MindSpore installed in its venv,
 `venv2620ms`, not built here); a bf16 target (MindSpore 2.10's CPU MatMul has no bf16 kernel; fp16 through
 `to_float` is swept); a BatchNorm momentum (the moving statistics do not feed one training step's outputs).  A Cell
-with a custom `bprop` has no forward record (MindSpore runs no forward hook of it); its backward record carries the
-fault (`xf_bprop_scale_stat`).
+with a custom `bprop` had no forward record (MindSpore runs no forward hook of it) until 600e613; its backward record
+carries the fault (`xf_bprop_scale_stat`).
 """
 
 def default_venv() -> Path:

@@ -202,8 +202,8 @@ XF_CASES = [
     xf("xf_ctl_l1_stat", {}, "no fault", None, level="L1", args=("-am",)),
     xf("xf_ctl_lm_stat", {}, "no fault (-lm)", None, args=("-lm",)),
     xf("xf_ctl_bprop_stat", {"bprop_scale": {"blocks.0.act": 1.0}},
-       "no fault: block 0 GELU by a Cell with a right custom bprop (MindSpore runs no forward hook of such a Cell: "
-       "its forward record is missing)", None),
+       "no fault: block 0 GELU by a Cell with a right custom bprop (MindSpore runs only the pre-hook of such a "
+       "Cell; msprobe closes its forward record when its construct returns)", None),
     xf("xf_ctl_fp16_stat", {}, "no fault; Dense/Conv2d in fp16 (to_float) against fp32", None, dtype="fp16"),
 ]
 
