@@ -83,7 +83,7 @@ def _dump(tmp_path, level, jit=False):
     tmp_path.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run([sys.executable, __file__, str(tmp_path), level, "1" if jit else "0"], env=env,
-                          capture_output=True, text=True, timeout=300)
+                          cwd=str(tmp_path), capture_output=True, text=True, timeout=300)  # (MindSpore's own files)
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.load(open(tmp_path / "result.json"))
     run = glob.glob(str(tmp_path / "dump" / "**" / "dump.json"), recursive=True)
