@@ -22,6 +22,8 @@ def fixtures() -> Path:
 
 def pytest_collection_finish(session):
     """Start the other venvs' sub-suites now, so that they run beside this session (tests/background.py)."""
+    if session.config.option.collectonly:
+        return
     import background
 
     background.start_selected(session.items)

@@ -22,7 +22,6 @@ ConvNeXt and EfficientNet with stochastic depth, and a Swin transformer with shi
 """
 from __future__ import annotations
 
-import glob
 import json
 import math
 import os
@@ -38,7 +37,7 @@ from tvmodels import build, torchvision_missing  # noqa: E402
 _SKIP = torchvision_missing()
 pytestmark = pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")
 
-from real_models.run import autograd_truth  # noqa: E402
+from real_models.run import autograd_truth, compare  # noqa: E402
 
 STEPS = 2
 #: two SGD steps where the second step's records matter (BatchNorm running statistics, an updated model)
@@ -345,18 +344,6 @@ def test_tensor_records_hold_torch_values(runs, truth, arch):
     assert _check_forward(arch, rank_dirs, truth, check) > 20
 
 
-def _compare(target, golden, out):
-    import pandas as pd
-
-    from msprobe.cli.main import main
-
-    rc = main(["compare", "-tp", target, "-gp", golden, "-o", out, "--csv", "-q"])
-    assert rc in (0, 1), rc
-    reports = sorted(glob.glob(os.path.join(out, "compare_result_*.csv")))
-    assert len(reports) == 1, reports
-    return pd.read_csv(reports[0], keep_default_na=False, dtype=str)
-
-
 @pytest.mark.parametrize("arch,task,level,summary", [("convnext", "statistics", "mix", "statistics"),
                                                      ("swin", "statistics", "L1", "md5"),
                                                      ("vit", "tensor", "L0", "statistics")])
@@ -364,7 +351,7 @@ def test_identical_runs_compare_all_green(runs, arch, task, level, summary):
     _, a = runs(arch, task, level, summary, copy="a")
     _, b = runs(arch, task, level, summary, copy="b")
     for step in range(len(a)):
-        df = _compare(a[step], b[step], str(runs.base / f"cmp_{arch}_{task}_{level}_{summary}_{step}"))
+        df = compare(a[step], b[step], str(runs.base / f"cmp_{arch}_{task}_{level}_{summary}_{step}"))
         assert len(df) > 20
         assert not ((df["Bench Name"] == "N/A") | (df["NPU Name"] == "N/A")).any()
         col = "Accuracy Reached or Not" if task == "tensor" else "Result"

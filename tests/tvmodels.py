@@ -1,7 +1,7 @@
 """Small random-init ``torchvision`` models (``weights=None``, nothing downloaded) for the dump tests
 (tests/test_torchvision_models.py) and the ``tv`` fault-injection family (tests/fault_injection/tv.py).
 
-``build(arch)`` -> :class:`real_models.builders.Case`-like object with ``model`` (train mode), ``inputs()``
+``build(arch)`` -> :class:`real_models.builders.Case` with ``model`` (train mode), ``inputs()``
 (``{"x": images}``, the same batch on every call) and ``loss(out)`` (cross-entropy against seeded labels).
 ``torchvision_missing()`` gives the reason to skip (None when usable).
 
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
-from typing import Callable
+
+from real_models.builders import Case  # (the same record as the transformers models')
 
 ARCHS = ("resnet", "mobilenet", "vit", "convnext", "efficientnet", "swin")
 BATCH, SIZE, CLASSES = 4, 32, 10
@@ -72,14 +72,6 @@ def torchvision_missing():
     except ImportError as exc:
         return f"{exc}; make venv installs torchvision==0.28.0 into .venv/torchvision-site (--no-deps)"
     return None
-
-
-@dataclass
-class Case:
-    arch: str
-    model: object
-    inputs: Callable[[], dict]
-    loss: Callable[[object], object]
 
 
 def _model(arch):

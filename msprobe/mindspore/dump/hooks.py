@@ -532,14 +532,17 @@ class Hooks:
                     return new_args, kwargs
             return None
 
-        def post(c, args, kwargs, output):
+        def close(output, grads=True):
+            """Record the call's outputs (``grads``: and hook them for its backward record); the hooked
+            outputs, or None."""
             if frames:
                 frame = frames.pop()
                 if frame[4] == col.generation and RT.on and not TLS.depth:
-                    new_out = guarded(errors, frame[0], record_outputs, frame, output)
-                    if new_out is not None:
-                        return new_out
+                    return guarded(errors, frame[0], record_outputs, frame if grads else frame[:5] + (None,), output)
             return None
+
+        def post(c, args, kwargs, output):
+            return close(output)
 
         self._cell_handles.append(cell.register_forward_pre_hook(pre, with_kwargs=True))
         self._cell_handles.append(cell.register_forward_hook(post, with_kwargs=True))
@@ -554,10 +557,7 @@ class Hooks:
 
             def construct(*args, **kwargs):
                 out = orig(*args, **kwargs)
-                if frames:
-                    frame = frames.pop()
-                    if frame[4] == col.generation and RT.on and not TLS.depth:
-                        guarded(errors, frame[0], record_outputs, frame[:5] + (None,), out)
+                close(out, grads=False)
                 return out
 
             _set_construct(cell, construct)
