@@ -31,6 +31,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from msprobe.core.acc_check.online import protocol as P
 from msprobe.core.acc_check.online.config import OnlineConfig
+from msprobe.core.acc_check.online.tlssock import SerialTLS
 
 log = logging.getLogger("msprobe")
 
@@ -230,9 +231,9 @@ class Sender:
     def _connect(self):
         sock = socket.create_connection((self.cfg.host, self.cfg.port), timeout=CONNECT_TIMEOUT)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if self.cfg.tls_path:
-            sock = tls_client_context(self.cfg.tls_path).wrap_socket(sock)
-        sock.settimeout(None)
+        sock.settimeout(None if not self.cfg.tls_path else CONNECT_TIMEOUT)
+        if self.cfg.tls_path:  # handshake, then one lock around OpenSSL (the ack reader runs beside the sender)
+            return SerialTLS(tls_client_context(self.cfg.tls_path).wrap_socket(sock))
         return sock
 
     def _run_tcp(self) -> None:

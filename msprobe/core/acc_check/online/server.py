@@ -30,6 +30,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from msprobe.core.acc_check.online import protocol as P
 from msprobe.core.acc_check.online.config import OnlineConfig
+from msprobe.core.acc_check.online.tlssock import SerialTLS
 from msprobe.core.acc_check.results import ResultFiles, free_timestamp, open_resume
 from msprobe.core.errors import MsprobeError
 from msprobe.core.fileio import atomic_write, ensure_output_dir, make_dirs
@@ -145,7 +146,7 @@ class OnlineChecker:
     def _serve(self, raw, peer, ctx) -> None:
         raw.settimeout(None)
         try:
-            s = ctx.wrap_socket(raw, server_side=True) if ctx else raw
+            s = SerialTLS(ctx.wrap_socket(raw, server_side=True)) if ctx else raw
         except (ssl.SSLError, OSError) as exc:
             log.warning("run_ut online: TLS handshake with %s:%d failed: %s", peer[0], peer[1], exc)
             raw.close()
