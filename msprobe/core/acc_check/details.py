@@ -66,6 +66,16 @@ def detail_row(api_name: str, res: Dict, device_dtype: str, bench_dtype: str, sh
     return row
 
 
+def result_message(forward: str, backward: str, backward_note: str, details) -> str:
+    """The result CSV's Message cell: only on a SKIP row, the first skip message (of the forward details when
+    the forward is SKIP, else the note that says why the backward was skipped)."""
+    if forward == "SKIP":
+        for d in details:
+            if d.get("Status") == "SKIP" and d.get("Message"):
+                return d["Message"]
+    return backward_note if backward == "SKIP" else ""
+
+
 def _num(v) -> str:
     return f"{v:.6g}" if isinstance(v, float) else str(v)
 

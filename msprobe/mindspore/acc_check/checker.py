@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional
 
-from msprobe.core.acc_check.details import detail_row, legacy_metrics_np
+from msprobe.core.acc_check.details import detail_row, legacy_metrics_np, result_message
 from msprobe.core.acc_check.plan import rebuild_case, skip_result
 from msprobe.core.acc_check.results import worst_status
 from msprobe.core.op_generate.generator import runtime_values
@@ -99,7 +99,7 @@ class Checker:
                 backward = worst_status([d["Status"] for d in bd])
         elif task.get("backward") is not None and bwd_note:
             backward = "SKIP"
-        message = bwd_note if backward == "SKIP" else ""
+        message = result_message(forward, backward, bwd_note, details)
         if self.error_dir and (forward not in ("pass", "SKIP") or backward not in ("pass", " ", "SKIP")):
             self._save_error_data(name, spec, fwd_runs, bwd_runs)
         return {"forward": forward, "backward": backward, "message": message, "details": details}

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from msprobe.core.acc_check.details import (  # noqa: F401 - COLUMNS re-exported
-    COLUMNS, detail_row as core_detail_row, ratio_indicators)
+    COLUMNS, detail_row as core_detail_row, ratio_indicators, result_message)
 from msprobe.core.acc_check.plan import rebuild_case, skip_result
 from msprobe.pytorch.op_generate import runtime as rt
 from msprobe.pytorch.op_generate.generator import case_from_records, runtime_values, standard_of
@@ -121,7 +121,7 @@ class Checker:
             backward = _worst([d["Status"] for d in bd])
         elif task.get("backward") is not None and bwd_note:
             backward = "SKIP"
-        message = bwd_note if backward == "SKIP" else ""
+        message = result_message(forward, backward, bwd_note, details)
         if self.error_dir and (forward not in ("pass", "SKIP") or backward not in ("pass", " ", "SKIP")):
             self._save_error_data(name, spec, (fwd_d, fwd_b), (bwd_d, bwd_b))
         return {"forward": forward, "backward": backward, "message": message, "details": details}

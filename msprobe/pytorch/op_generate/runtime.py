@@ -228,6 +228,8 @@ def run_once(fn, args, kwargs, propagation, grads, specs_args, specs_kwargs, aut
             out = fn(*args, **kwargs)
     else:
         out = fn(*args, **kwargs)
+    if out is None and getattr(fn, "__name__", "") == "__setitem__" and args:
+        out = args[0]  # x[index] = value returns nothing: what it made is x, written in place
     if propagation == "forward":
         return flatten(out)
     if propagation == "both":
@@ -382,6 +384,35 @@ def setup(spec):
     return fn, autocast, bdtype, raise_dtype
 
 
+#: class-index losses: (target position, ignore_index position, its default)
+CLASS_TARGET_LOSSES = {("Functional", "cross_entropy"): (1, 4, -100), ("Functional", "nll_loss"): (1, 4, -100)}
+
+
+def valid_class_targets(api, args, kwargs, seed):
+    """Random data for a class-index target is drawn between the recorded Min and Max, and a causal LM's
+    labels hold ignore_index (-100) besides the classes: most drawn values would be neither a class nor
+    ignore_index and the loss would raise (IndexError: Target -33 is out of bounds). Such elements become
+    classes in [0, C) drawn from ``seed``; the recorded extremes (ignore_index, the largest class) stay.
+    A recorded (real) target holds none, so it is never changed."""
+    where = CLASS_TARGET_LOSSES.get(tuple(api))
+    if where is None or not args or not isinstance(args[0], torch.Tensor):
+        return
+    t_pos, ig_pos, ig_default = where
+    target = args[t_pos] if len(args) > t_pos else kwargs.get("target")
+    if not isinstance(target, torch.Tensor) or target.is_floating_point() or target.dtype == torch.bool:
+        return
+    ignore = args[ig_pos] if len(args) > ig_pos else kwargs.get("ignore_index", ig_default)
+    inp = args[0]
+    classes = inp.shape[1] if inp.dim() >= 2 else inp.shape[0] if inp.dim() == 1 else 0
+    if classes <= 0:
+        return
+    bad = ((target < 0) | (target >= classes)) & (target != ignore)
+    n = int(bad.sum())
+    if n:
+        gen = torch.Generator().manual_seed(int(seed))
+        target[bad] = torch.randint(0, classes, (n,), generator=gen).to(target.dtype)
+
+
 def run_iteration(spec, fn, device, make, seed, autocast, bdtype, raise_dtype, propagation=None):
     """Rebuild the inputs (``make(T)`` for every recorded tensor) and run the device, benchmark and
     reference calls; returns {label: outputs}.  A call that raises becomes RunFailed."""
@@ -390,6 +421,7 @@ def run_iteration(spec, fn, device, make, seed, autocast, bdtype, raise_dtype, p
     args = materialise(args_spec, make)
     kwargs = materialise(kwargs_spec, make)
     grads = materialise(grads_spec, make)
+    valid_class_targets(spec["API"], args, kwargs, seed)
     bench_args, bench_kwargs = args, kwargs
     if autocast is not None:
         bench_args, bench_kwargs = autocast_inputs(fn, args, kwargs, autocast, device)
