@@ -63,23 +63,23 @@ def test_setitem_is_judged_by_the_tensor_it_writes(t5_results):
     assert d[1:4] == ["torch.int64", "torch.int64", "(2, 8)"] and d[-2] == "pass"
 
 
-def test_valid_class_targets_keeps_extremes_and_real_targets():
+def test_class_targets_keep_extremes_and_real_targets():
     logits = torch.zeros(16, 10)
     target = torch.arange(-100, 28, 8)[:16].clone()       # -100 .. 20: ignore_index, negatives, classes, >= C
     target[-1] = 9
-    rt.valid_class_targets(("Functional", "cross_entropy"), [logits, target], {}, 3)
+    rt.prepare_api_inputs(("Functional", "cross_entropy"), [logits, target], {}, 3)
     assert target[0] == -100 and target[-1] == 9
     assert bool(((target == -100) | ((target >= 0) & (target < 10))).all())
     assert int((target == -100).sum()) == 1
     again = torch.arange(-100, 28, 8)[:16].clone()
     again[-1] = 9
-    rt.valid_class_targets(("Functional", "cross_entropy"), [logits, again], {}, 3)
+    rt.prepare_api_inputs(("Functional", "cross_entropy"), [logits, again], {}, 3)
     assert torch.equal(again, target)                      # the same seed, the same labels
     real = torch.tensor([3, -100, 7, 0])
-    rt.valid_class_targets(("Functional", "nll_loss"), [torch.zeros(4, 8), real], {}, 0)
+    rt.prepare_api_inputs(("Functional", "nll_loss"), [torch.zeros(4, 8), real], {}, 0)
     assert real.tolist() == [3, -100, 7, 0]
     custom = torch.tensor([-1, -5, 2])                     # ignore_index=-1 given by keyword
-    rt.valid_class_targets(("Functional", "cross_entropy"), [torch.zeros(3, 4)], {"target": custom,
+    rt.prepare_api_inputs(("Functional", "cross_entropy"), [torch.zeros(3, 4)], {"target": custom,
                                                                                  "ignore_index": -1}, 0)
     assert custom[0] == -1 and 0 <= int(custom[1]) < 4 and custom[2] == 2
 
@@ -90,3 +90,16 @@ def test_skip_row_message_is_the_first_skip_reason():
     assert result_message("SKIP", " ", "", details) == "Bench output is None, skip this test."
     assert result_message("pass", "SKIP", "backward failed: x", []) == "backward failed: x"
     assert result_message("pass", "pass", "", [{"Status": "pass", "Message": "ok"}]) == ""
+
+
+def test_spec_converts_int32_targets_and_integer_histc():
+    """The reference's convert lists (spec 1.6.1): int32 class targets as int64, an integer histc input as
+    float32, so that the CPU kernels run them."""
+    args = [torch.zeros(3, 5), torch.tensor([1, 4, 0], dtype=torch.int32)]
+    rt.prepare_api_inputs(("Functional", "cross_entropy"), args, {}, 0)
+    assert args[1].dtype == torch.int64 and args[1].tolist() == [1, 4, 0]
+    torch.nn.functional.cross_entropy(*args)
+    h = [torch.tensor([0, 3, 3, 7])]
+    rt.prepare_api_inputs(("Torch", "histc"), h, {"bins": 4, "min": 0, "max": 8}, 0)
+    assert h[0].dtype == torch.float32
+    assert torch.histc(h[0], bins=4, min=0, max=8).tolist() == [1.0, 2.0, 0.0, 1.0]

@@ -388,20 +388,48 @@ def setup(spec):
 CLASS_TARGET_LOSSES = {("Functional", "cross_entropy"): (1, 4, -100), ("Functional", "nll_loss"): (1, 4, -100)}
 
 
-def valid_class_targets(api, args, kwargs, seed):
-    """Random data for a class-index target is drawn between the recorded Min and Max, and a causal LM's
-    labels hold ignore_index (-100) besides the classes: most drawn values would be neither a class nor
-    ignore_index and the loss would raise (IndexError: Target -33 is out of bounds). Such elements become
-    classes in [0, C) drawn from ``seed``; the recorded extremes (ignore_index, the largest class) stay.
-    A recorded (real) target holds none, so it is never changed."""
-    where = CLASS_TARGET_LOSSES.get(tuple(api))
+def _arg(args, kwargs, pos, key, default=None):
+    return args[pos] if len(args) > pos else kwargs.get(key, default)
+
+
+def _set_arg(args, kwargs, pos, key, value):
+    if len(args) > pos:
+        args[pos] = value
+    else:
+        kwargs[key] = value
+
+
+def prepare_api_inputs(api, args, kwargs, seed):
+    """The inputs some APIs need before they can run on the CPU (args is a list, changed in place):
+
+    * ``cross_entropy`` / ``nll_loss``: an int32 class target becomes int64 (the reference's ``int32_to_int64``
+      convert: the CPU kernels take Long targets only); random labels are drawn between the recorded Min and
+      Max, and a causal LM's labels hold ignore_index (-100) besides the classes, so most drawn values would be
+      neither a class nor ignore_index and the loss would raise (``Target -33 is out of bounds``; the reference
+      draws them from 0 instead, never testing ignore_index): such elements become classes in [0, C) drawn from
+      ``seed``, the recorded extremes (ignore_index, the largest class) stay. A recorded (real) target holds
+      none, so it is never changed.
+    * ``histc`` of an integer tensor: the tensor as float32 (the reference's ``int64_to_fp32``: the CPU has no
+      integer histc)."""
+    api = tuple(api)
+    if not isinstance(args, list):
+        return
+    if api in (("Torch", "histc"), ("Tensor", "histc")):
+        x = _arg(args, kwargs, 0, "input")
+        if isinstance(x, torch.Tensor) and not (x.is_floating_point() or x.is_complex()):
+            _set_arg(args, kwargs, 0, "input", x.float())
+        return
+    where = CLASS_TARGET_LOSSES.get(api)
     if where is None or not args or not isinstance(args[0], torch.Tensor):
         return
     t_pos, ig_pos, ig_default = where
-    target = args[t_pos] if len(args) > t_pos else kwargs.get("target")
+    target = _arg(args, kwargs, t_pos, "target")
     if not isinstance(target, torch.Tensor) or target.is_floating_point() or target.dtype == torch.bool:
         return
-    ignore = args[ig_pos] if len(args) > ig_pos else kwargs.get("ignore_index", ig_default)
+    if target.dtype == torch.int32:
+        target = target.long()
+        _set_arg(args, kwargs, t_pos, "target", target)
+    ignore = _arg(args, kwargs, ig_pos, "ignore_index", ig_default)
     inp = args[0]
     classes = inp.shape[1] if inp.dim() >= 2 else inp.shape[0] if inp.dim() == 1 else 0
     if classes <= 0:
@@ -421,7 +449,7 @@ def run_iteration(spec, fn, device, make, seed, autocast, bdtype, raise_dtype, p
     args = materialise(args_spec, make)
     kwargs = materialise(kwargs_spec, make)
     grads = materialise(grads_spec, make)
-    valid_class_targets(spec["API"], args, kwargs, seed)
+    prepare_api_inputs(spec["API"], args, kwargs, seed)
     bench_args, bench_kwargs = args, kwargs
     if autocast is not None:
         bench_args, bench_kwargs = autocast_inputs(fn, args, kwargs, autocast, device)
