@@ -129,6 +129,31 @@ def test_fuzzy_matches_shifted_call_numbers(tmp_path):
     assert col(rep, "Max diff")[:4] == [0.0] * 4
 
 
+
+def test_fuzzy_leaves_a_call_run_on_one_side_unmatched(tmp_path):
+    """A user's hook ``o * 1.05`` on the target between two ``x * y`` calls: a row-by-row fuzzy match paired
+    the hook's call with the golden's ``x * y`` and every later ``__mul__`` one call off (a tiny Llama: the
+    advisor named the hook's mul as 'inputs match, output differs'). Whole calls pair by their structure:
+    the hook's call (a float argument) stays unmatched and the next call pairs with the golden's second."""
+    f = {"type": "float", "value": 1.05}
+    target = {"Tensor.__mul__.0.forward": {"input_args": [t(1.0), t(2.0)], "output": [t(3.0)]},
+              "Tensor.__mul__.1.forward": {"input_args": [t(4.0), f], "output": [t(4.2)]},
+              "Tensor.__mul__.2.forward": {"input_args": [t(4.2), t(5.0)], "output": [t(6.0)]}}
+    golden = {"Tensor.__mul__.0.forward": {"input_args": [t(1.0), t(2.0)], "output": [t(3.0)]},
+              "Tensor.__mul__.1.forward": {"input_args": [t(4.0), t(5.0)], "output": [t(6.0)]}}
+    rep = run(tmp_path, target, golden, fuzzy=True)
+    assert col(rep, "Bench Name") == [
+        "Tensor.__mul__.0.forward.input.0", "Tensor.__mul__.0.forward.input.1", "Tensor.__mul__.0.forward.output.0",
+        "N/A", "N/A", "N/A",
+        "Tensor.__mul__.1.forward.input.0", "Tensor.__mul__.1.forward.input.1", "Tensor.__mul__.1.forward.output.0"]
+    assert col(rep, "Match") == ["exact"] * 3 + ["unmatched"] * 3 + ["fuzzy"] * 3
+    # an argument given on one side only: the calls still pair by their tensors
+    target2 = {"Functional.gelu.0.forward": {"input_args": [t(1.0)], "input_kwargs": {"approximate": {
+        "type": "str", "value": "tanh"}}, "output": [t(2.0)]}}
+    golden2 = {"Functional.gelu.3.forward": {"input_args": [t(1.0)], "output": [t(2.0)]}}
+    rep2 = run(tmp_path, target2, golden2, fuzzy=True)
+    assert col(rep2, "Bench Name") == ["Functional.gelu.3.forward.input.0", "N/A", "Functional.gelu.3.forward.output.0"]
+
 def test_md5_mode(tmp_path):
     def m(v):
         return {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [2], "md5": v, "requires_grad": False}

@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from msprobe.core.dump.reader import DumpRows
+from msprobe.core.dump.reader import NO_VALUE, DumpRows
 from msprobe.core.io.columns import CodedColumn
 
 RULE_EXACT = "exact"
@@ -206,12 +206,72 @@ def _fuzzy_join(tkeys: Sequence[str], tshape: Sequence[str], g: DumpRows) -> np.
     return golden
 
 
+def _calls(rows: DumpRows) -> Dict[str, List[int]]:
+    """dump.json key (one API or module call, or a module's parameters_grad) -> its rows, in dump order."""
+    calls: Dict[str, List[int]] = {}
+    for i, key in enumerate(rows.api):
+        calls.setdefault(key, []).append(i)
+    return calls
+
+
+def _signature(rows: DumpRows, key: str, idx: List[int], tensors_only: bool):
+    """A call's fuzzy key and structure: each row's place in the call, shape and kind (a tensor, or the type
+    of a non-tensor argument), in any order; ``tensors_only`` leaves the non-tensor rows out."""
+    cut = len(key)
+    sig = []
+    for i in idx:
+        tensor = rows.value[i] is NO_VALUE
+        if tensors_only and not tensor:
+            continue
+        sig.append((rows.names[i][cut:], rows.shape[i], "" if tensor else rows.dtype[i]))
+    return fuzzy_key(key), tuple(sorted(sig))  # a parameters_grad entry may list bias before weight
+
+
+def _pair_calls(t: DumpRows, g: DumpRows) -> Dict[str, str]:
+    """Target call -> golden call: the k-th target call of a (call-number-free name, structure) pairs with the
+    k-th golden call of the same, first with every argument's kind, then (for the calls left) with the
+    tensors' alone (an argument given on one side only)."""
+    tcalls, gcalls = _calls(t), _calls(g)
+    pairs: Dict[str, str] = {}
+    used: set = set()
+    left = list(tcalls)
+    for tensors_only in (False, True):
+        queues: Dict[tuple, List[str]] = {}
+        for key, idx in gcalls.items():
+            if key not in used:
+                queues.setdefault(_signature(g, key, idx, tensors_only), []).append(key)
+        heads: Dict[tuple, int] = {}
+        rest = []
+        for key in left:
+            sig = _signature(t, key, tcalls[key], tensors_only)
+            q, h = queues.get(sig), heads.get(sig, 0)
+            if q is not None and h < len(q):
+                pairs[key] = q[h]
+                used.add(q[h])
+                heads[sig] = h + 1
+            else:
+                rest.append(key)
+        left = rest
+    return pairs
+
+
 def match_fuzzy(t: DumpRows, g: DumpRows) -> Matches:
-    """Order-preserving fuzzy match: the k-th target row with a given (call-number-free name, shape)
-    pairs with the k-th golden row with the same key.  No row is dropped; extra rows on either side
-    stay unmatched (the reference's queue algorithm loses trailing rows and crashes in statistics mode).
+    """Order-preserving fuzzy match of whole calls: the k-th target call with a given call-number-free name
+    and structure (its rows' places, shapes, and whether each is a tensor or which Python type) pairs with the
+    k-th golden call with the same, and their rows pair by place (a row needs the same shape).  An op run on
+    one side only (``x * 1.05`` in a user's hook, between two ``x * y``) is left unmatched instead of shifting
+    every later call of its API by one, as a row-by-row match does (the reference's); no row is dropped.
     """
-    golden = _fuzzy_join(t.names, t.shape, g)
+    golden = np.full(len(t), -1, dtype=np.int64)
+    gcalls = _calls(g)
+    tcalls = _calls(t)
+    for tkey, gkey in _pair_calls(t, g).items():
+        cut_t, cut_g = len(tkey), len(gkey)
+        by_place = {g.names[j][cut_g:]: j for j in gcalls[gkey]}
+        for i in tcalls[tkey]:
+            j = by_place.get(t.names[i][cut_t:])
+            if j is not None and t.shape[i] == g.shape[j]:
+                golden[i] = j
     golden = _dtype_filter(t, g, np.arange(len(t), dtype=np.int64), golden)
     rule = []
     for i, j in enumerate(golden.tolist()):
