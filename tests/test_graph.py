@@ -187,6 +187,26 @@ def test_default_vs_fuzzy_matching(tmp_path):
     assert a["Bench"]["Torch.sigmoid.3.forward"][3] == "Torch.sigmoid.0.forward"
 
 
+
+def test_fuzzy_leaves_a_call_run_on_one_side_unmatched(tmp_path):
+    """Inside a module, the target alone calls ``x * 1.05`` (a user's hook) before its ``x * y``: the API
+    children pair by name, structure and occurrence, so the hook's call stays unmatched and the target's
+    ``x * y`` pairs with the golden's (by name and occurrence alone it paired with the hook's call)."""
+    construct_g = {"Module.m.M.forward.0": None, "Tensor.__mul__.0.forward": "Module.m.M.forward.0"}
+    data_g = {"Module.m.M.forward.0": {"input_args": [T(1.0)], "input_kwargs": {}, "output": [T(6.0)]},
+              "Tensor.__mul__.0.forward": {"input_args": [T(1.0), T(2.0)], "input_kwargs": {}, "output": [T(6.0)]}}
+    construct_t = {"Module.m.M.forward.0": None, "Tensor.__mul__.0.forward": "Module.m.M.forward.0",
+                   "Tensor.__mul__.1.forward": "Module.m.M.forward.0"}
+    data_t = {"Module.m.M.forward.0": {"input_args": [T(1.0)], "input_kwargs": {}, "output": [T(6.3)]},
+              "Tensor.__mul__.0.forward": {"input_args": [T(1.0), {"type": "float", "value": 1.05}],
+                                           "input_kwargs": {}, "output": [T(1.05)]},
+              "Tensor.__mul__.1.forward": {"input_args": [T(1.05), T(2.0)], "input_kwargs": {}, "output": [T(6.3)]}}
+    t = write_dump(str(tmp_path / "t"), construct_t, data_t)
+    g = write_dump(str(tmp_path / "g"), construct_g, data_g)
+    a, _ = read_vis(run_graph(GraphConfig(target=t, golden=g, output=str(tmp_path / "o"), fuzzy=True)).outputs[0])
+    assert a["NPU"]["Tensor.__mul__.0.forward"][3] is None
+    assert a["NPU"]["Tensor.__mul__.1.forward"][3] == "Tensor.__mul__.0.forward"
+
 def test_default_match_requires_same_shapes(tmp_path):
     c, d, s = small_model()
     d2 = json.loads(json.dumps(d))

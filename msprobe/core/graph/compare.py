@@ -5,7 +5,7 @@ Matching (graph_and_tools.md A.6.2, 8.x rules):
 * default: the Bench node with the same id, with equal ancestor ids and position-wise equal input and
   output ``type``/``shape`` (and equal item counts);
 * fuzzy (``-fm``): modules/collections by id and shape only; the API children of a matched module pair are
-  paired by (name without call counter, occurrence within the module);
+  paired by (name without call counter, structure (item types and shapes), occurrence within the module);
 * layer mapping (``-lm``): the Bench node named by the mapping (or the same id), no checks.
 
 Metrics: all matched item pairs of the whole graph go into one set of numpy columns (statistics) or one
@@ -129,14 +129,22 @@ def _link(n: Node, b: Node, pairs: list) -> None:
     pairs.append((n, b))
 
 
-def _recount(node: Node) -> Dict[str, Node]:
+def _signature(node: Node, with_shapes: bool) -> str:
+    """An API node's structure: each input's and output's type (and shape)."""
+    items = list(node.input_data.values()) + ["|"] + list(node.output_data.values())
+    return ";".join(it if it == "|" else f"{it.get('type')}{it.get('shape') if with_shapes else ''}" for it in items)
+
+
+def _recount(node: Node, with_shapes: bool = True) -> Dict[str, Node]:
+    """The API children of a module by (name without call counter, structure, occurrence): a call run on one
+    side only (``o * 1.05`` in a user's hook between two ``x * y``) does not shift the later calls."""
     counts: Dict[str, int] = {}
     out: Dict[str, Node] = {}
     for c in node.subnodes:
         if c.type != TYPE_API:
             continue
         key = _COUNTER.sub(".", c.id)
-        key = _RANK_SUFFIX.sub("", key)
+        key = _RANK_SUFFIX.sub("", key) + "#" + _signature(c, with_shapes) + "#"
         counts[key] = counts.get(key, 0) + 1
         out[key + str(counts[key])] = c
     return out
@@ -152,8 +160,8 @@ def match_fuzzy(g_n: Graph, g_b: Graph, check_shape: bool = True) -> List[Tuple[
         if b is None or (check_shape and not (_same_shapes(n.input_data, b.input_data) and _same_shapes(n.output_data, b.output_data))):
             continue
         _link(n, b, pairs)
-        apis_b = _recount(b)
-        for key, an in _recount(n).items():
+        apis_b = _recount(b, check_shape)
+        for key, an in _recount(n, check_shape).items():
             ab = apis_b.get(key)
             if ab is None:
                 continue
