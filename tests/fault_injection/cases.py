@@ -225,6 +225,15 @@ HF_CASES: List[Case] = [
     Case("hf_llama_oproj_hook_stat", "llama", {"out_hook": {"model.layers.0.self_attn.o_proj": 1.05}},
          "statistics", "mix", "a user forward hook scales layer 0 o_proj's output x1.05",
          _one("Module.model.layers.0.self_attn.LlamaAttention.forward.0", "Tensor.__add__.7.forward")),
+    # the hook's multiply is a recorded Tensor.__mul__ that only the target calls (the later ones are numbered one
+    # higher): exact matching pairs it with the golden's act * up (a float argument against a tensor), -fm leaves
+    # it unmatched and names the next mul's input, which it made
+    Case("hf_llama_act_hook_op_stat", "llama", {"op_hook": {"model.layers.1.mlp.act_fn": 1.05}},
+         "statistics", "mix", "a user forward hook multiplies layer 1's SiLU output by 1.05 (a recorded x * 1.05)",
+         _one("Tensor.__mul__.22.forward")),
+    Case("hf_llama_act_hook_op_stat_fm", "llama", {"op_hook": {"model.layers.1.mlp.act_fn": 1.05}},
+         "statistics", "mix", "a user forward hook multiplies layer 1's SiLU output by 1.05 (a recorded x * 1.05); "
+         "compare -fm", _one("Tensor.__mul__.22.forward", "Tensor.__mul__.23.forward"), compare_args=("-fm",)),
     # (the sdpa attention: one Functional.scaled_dot_product_attention per layer, the scaling its ``scale=``)
     Case("hf_llama_sdpa_scale_stat", "llama", {"attn_impl": "sdpa", **_scaling("model.layers.1.self_attn")},
          "statistics", "mix", "sdpa attention: layer 1 scale x1.5",

@@ -15,6 +15,8 @@ The model is built by :func:`real_models.build` (same seed and batch on both sid
   ``out_hook``   {path: s}  a forward hook, registered before the debugger starts, multiplies the module's output
                  (its first element for a tuple) by s with an aten op (not recorded): the user's hook changes what
                  the rest of the model consumes
+  ``op_hook``    {path: s}  the same with ``output * s``, a recorded ``Tensor.__mul__`` that only the target calls:
+                 every later ``Tensor.__mul__`` of the target is numbered one higher than the golden's
   ``param_grad`` {parameter name: s}  that parameter's gradient x s (:func:`models.add_param_grad_faults`)
   ``attn_impl``  "eager" (default) or "sdpa": the attention implementation the model is built with (not a
                  fault: the golden run of such a case names it too)
@@ -54,6 +56,12 @@ def _scale_output(s):
     return hook
 
 
+def _scale_output_op(s):
+    def hook(module, args, output):
+        return output * s if isinstance(output, torch.Tensor) else None
+    return hook
+
+
 def _set_submodule(model, path, new):
     parent, _, leaf = path.rpartition(".")
     setattr(model.get_submodule(parent) if parent else model, leaf, new)
@@ -73,6 +81,8 @@ def apply_fault(model: nn.Module, fault: dict) -> None:
         _set_submodule(model, path, FaultAct(kind, out_scale, grad_scale))
     for path, s in fault.get("out_hook", {}).items():
         model.get_submodule(path).register_forward_hook(_scale_output(s))
+    for path, s in fault.get("op_hook", {}).items():
+        model.get_submodule(path).register_forward_hook(_scale_output_op(s))
     add_param_grad_faults(model, fault)
 
 
