@@ -154,3 +154,18 @@ def test_advice_against_the_reference_on_fixtures(tmp_path, capsys, case):
     # msprobe never blames a parameter gradient ahead of the backward that computes it
     if "parameters_grad" in node:
         assert "parameters_grad" in ref["Suspect Nodes"]  # only where everything before it matches
+
+
+def test_calls_that_differ_in_their_arguments(tmp_path, capsys):
+    """The target's Tensor.__mul__.0 is a user's hook ``x * 1.05`` (target only), the golden's is ``x * y``:
+    matched by name, its output differs while its matched input agrees. Was 'inputs match, a forward
+    computation error'; now the call is named with the argument that has no golden counterpart and -fm."""
+    hook = entry([tensor(), {"type": "float", "value": 1.05}], [tensor(1.0, 0.05)])
+    mul = entry([tensor(), tensor(2.0)], [tensor(1.0, 0.9)])
+    fields, stdout = advice_lines(tmp_path, capsys, {**OK, "Tensor.__mul__.0.forward": hook},
+                                  {**OK, "Tensor.__mul__.0.forward": mul})
+    assert fields["Suspect Nodes"] == "Tensor.__mul__.0.forward.output.0"
+    assert fields["Category"] == adv.CAT_CALLS_DIFFER
+    assert "input.1, the float 1.05, with no golden counterpart" in fields["Reason"]
+    assert "-fm" in fields["Reason"]
+    assert "has no golden counterpart" in stdout and "its inputs agree" not in stdout

@@ -68,6 +68,7 @@ CAT_PARAMS_GRAD = "parameter gradient differs"
 CAT_SENSITIVE = "precision-sensitive API"
 CAT_FORWARD = "forward computation error"
 CAT_BACKWARD = "backward computation error"
+CAT_CALLS_DIFFER = "calls differ"
 
 _LOW_PRECISION = ("bfloat16", "float16", "half")
 
@@ -345,6 +346,15 @@ def advise(report, rank: int = 0, label: Optional[str] = None) -> Advice:
         reason = (f"The gradient of {node.rsplit('.', 1)[-1]} in {api.rsplit('.parameters_grad', 1)[0]} differs while "
                   f"no row that ran before it (forward, and backward up to this module) fails: the backward "
                   f"computation of this module's parameter gradient is where the runs part.")
+    elif _unpaired_input(table, s, e) is not None:
+        k = _unpaired_input(table, s, e)
+        cat = CAT_CALLS_DIFFER
+        reason = (f"{api}'s output differs ({node}) and the target's call has {_describe_input(table, k)} with no "
+                  f"golden counterpart: the two runs call {api.split('.')[1] if '.' in api else api} differently "
+                  f"here. Either the API is called with another argument, or an op that runs on one side only (a "
+                  f"user's hook, an extra cast) shifted this API's call numbers so that the golden call of this "
+                  f"number is another one. This call is where the runs part: read its stack, and compare with -fm, "
+                  f"which pairs whole calls by their arguments and names the op run on one side only.")
     elif any(a in node for a in PRECISION_SENSITIVE_APIS):
         cat = CAT_SENSITIVE
         reason = (f"{api}'s inputs match but its output differs, and it is a precision-sensitive API (accumulating "
@@ -362,6 +372,29 @@ def advise(report, rank: int = 0, label: Optional[str] = None) -> Advice:
                        f"row of that name): a layer that differs between the two models.")
     return Advice(i, node, expert, cat, reason + note, api=api, failing=count, producer=producer,
                   producer_note=producer_note, culprit=culprit)
+
+
+def _unpaired_input(table: OpTable, s: int, e: int) -> Optional[int]:
+    """The first input row of the call at rows [s, e) that has no golden counterpart while the call's other rows
+    do (a float where the golden's call of that number takes a tensor: not the same call)."""
+    matched = table.matched
+    if not matched[s:e].any():
+        return None
+    for k in range(s, e):
+        if not matched[k] and table.states[k] == STATE_INPUT:
+            return k
+    return None
+
+
+def _describe_input(table: OpTable, k: int) -> str:
+    name = table.names[k]
+    place = name[len(table.apis[k]) + 1:] if name.startswith(table.apis[k] + ".") else name
+    dtype = (table.col("NPU Dtype") or [""] * table.n)[k]
+    shape = (table.col("NPU Tensor Shape") or [""] * table.n)[k]
+    if isinstance(dtype, str) and dtype.startswith("<class '"):
+        value = (table.col("NPU max") or [""] * table.n)[k]
+        return f"{place}, the {dtype[8:-2]} {value},"
+    return f"{place}, a {dtype} tensor of shape {shape},"
 
 
 def _unmatched_inside(table: OpTable, api: str) -> List[str]:

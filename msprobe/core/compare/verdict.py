@@ -878,6 +878,27 @@ def judge(f: Facts) -> Judgement:
                               elem_extreme)
     names = f.names
 
+    # a call whose target has an input row with no golden counterpart (a float where the golden's call takes a
+    # tensor: not the same call, or the API called with another argument): its output is not "inputs agree"
+    from msprobe.core.dump.reader import NO_VALUE as no_value
+
+    unpaired_in: dict = {}
+    for k in np.flatnonzero(is_in & ~f.matched.astype(bool)).tolist():
+        unpaired_in.setdefault(f.api[k], k)
+
+    def unpaired_text(i: int) -> str:
+        k = unpaired_in.get(f.api[i])
+        if k is None:
+            return ""
+        tv = f.t_value[k] if f.t_value is not None else no_value
+        kind = str(f.t_dtype[k])
+        kind = kind[8:-2] if kind.startswith("<class '") and kind.endswith("'>") else kind
+        what = (f"the {kind} {_fmt_value(tv)}" if tv is not no_value
+                else f"a {f.t_dtype[k]} tensor" + (f" {f.shape[k]}" if f.shape is not None else ""))
+        return (f"; but its input {_arg_label(names[k], f.api[i])} ({what} on the target) has no golden "
+                f"counterpart: the two runs call {f.api[i]} differently here (another argument, or an op that "
+                f"runs on one side only shifted this API's call numbers: -fm pairs whole calls by their arguments)")
+
     def reason(i: int) -> str:
         vi = v[i]
         if vi < NOISE:
@@ -926,6 +947,9 @@ def judge(f: Facts) -> Judgement:
             peer = ("; a collective: the difference may come from another rank (see -da)"
                     if f.api[i].split(".", 1)[0] in COLLECTIVE_PREFIXES else "")
             if c is None or c <= own_bound[i]:
+                apart = unpaired_text(i)
+                if apart:
+                    return f"{e_txt} while its matched inputs agree within {lab} rounding{apart}"
                 return f"{e_txt} while its inputs agree within {lab} rounding{peer}"
             return f"{e_txt} while its inputs differ by only {_pct(c)}{peer}"
         return ""
