@@ -27,6 +27,7 @@ Statistic semantics follow MindStudio Probe 8.x: integer, float64 and (with ``pr
 every tensor is cast to float32 first; bf16/fp16 statistics are rounded to their own dtype; bool
 gives Max = any, Min = all; 0-dim tensors give the value itself four times; empty tensors give nulls.
 """
+import ctypes
 import math
 import queue
 import struct
@@ -86,6 +87,22 @@ def storage_covers(t):
         return False
 
 
+def np_view(t, np_dtype=np.float32):
+    """A numpy view of strided CPU tensor ``t``'s memory, made from its data pointer, for reading it now
+    (the caller keeps ``t`` alive while the view is used). ``t.numpy()`` would do, but it marks the tensor's
+    storage as not resizable for good, and FSDP2 frees its unsharded parameters after each forward with
+    ``untyped_storage().resize_(0)``: a parameter measured through ``numpy()`` made that raise
+    ("Trying to resize storage that is not resizable") and stopped training. The caller checks
+    :func:`storage_covers` first (no negative strides, every element inside the storage)."""
+    es = t.element_size()
+    strides = t.stride()
+    span = 1 + sum((d - 1) * st for d, st in zip(t.shape, strides))
+    a = np.frombuffer((ctypes.c_char * (span * es)).from_address(t.data_ptr()), dtype=np_dtype)
+    if t.is_contiguous():
+        return a.reshape(t.shape)
+    return np.lib.stride_tricks.as_strided(a, t.shape, tuple(st * es for st in strides))
+
+
 def _no_data(t):
     if t.numel() == 0 or t.is_meta:
         return True
@@ -133,7 +150,9 @@ def crc32_hex(t):
     if c.dim() == 0:
         c = c.reshape(1)
     try:
-        buf = _bytes_of(c)          # a contiguous numpy view: zlib reads it in place, no copy
+        # a contiguous numpy view of the bytes: zlib reads it in place, no copy (and, unlike numpy(),
+        # the storage stays resizable: see np_view)
+        buf = np_view(c.reshape(-1).view(torch.uint8), np.uint8)
     except Exception:
         buf = bytes(c.reshape(-1).view(torch.uint8).tolist())
     return "%08x" % (fast_crc32(buf) & 0xFFFFFFFF)
@@ -345,7 +364,7 @@ class StatBuffer:
         try:
             if not storage_covers(t):
                 return None
-            a = t.numpy()
+            a = np_view(t)          # not t.numpy(): that would pin the storage's size (FSDP2 frees it)
         except (RuntimeError, TypeError, ValueError):
             return None
         if _F32_STATS is not None and not self.exact_norm and (a.flags.c_contiguous or a.strides[-1] == 4):
