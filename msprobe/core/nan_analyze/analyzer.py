@@ -199,9 +199,22 @@ def _comm_nodes(ranks: Dict[int, RankRecords]):
         bad = bad[bad > comm_at[0]]
         held = np.searchsorted(comm_at, bad)            # the communication op after each (len: none)
         bad_sub = before[bad] - before[comm_at[held - 1]]
+        # an anomalous record is held by the first op from the one after it that takes a non-finite input:
+        # its value may pass through more compute and through clean communication ops first (FSDP2 all-gathers
+        # the next layer's parameters between the op that makes a NaN and the reduce-scatter of the gradients
+        # that carries it); held by the op right after it only, it was no cause, and the effect it had on
+        # another rank was named instead
+        carrier = len(chain)
+        takes_bad = [0] * (len(chain) + 1)
+        takes_bad[len(chain)] = len(chain)
+        for k in range(len(chain) - 1, -1, -1):
+            if chain[k].in_bad and chain[k].contributes():
+                carrier = k
+            takes_bad[k] = carrier
         for i, k, sub in zip(bad.tolist(), held.tolist(), bad_sub.tolist()):
             if k < len(chain):
-                chain[k].computes.append((i, int(sub)))
+                j = takes_bad[k]
+                chain[j if j < len(chain) else k].computes.append((i, int(sub)))
             elif r not in after:
                 after[r] = (i, int(sub))
         for node in chain:

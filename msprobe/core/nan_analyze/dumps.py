@@ -12,6 +12,7 @@ files); the flags are computed on whole columns and reduced per record with nump
 from __future__ import annotations
 
 import os
+import math
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -170,6 +171,27 @@ def _nonfinite(col) -> Tuple[np.ndarray, np.ndarray]:
     return ok & ~np.isfinite(v), ok
 
 
+#: in-place APIs that return nothing: the value they write is in no output record
+_WRITE_RETURNS_NONE = (".__setitem__.",)
+
+
+def _in_place_writes(names, starts, ends, rows, tensor, bad, in_bad, out_bad) -> None:
+    """An in-place op that returns nothing (``x[i] = float("nan")``, recorded as ``Tensor.__setitem__`` with
+    ``output: [null]``) writes its value into its first argument: with finite tensor inputs and a non-finite
+    scalar value it is the op that made the NaN/inf, though none of its outputs holds it. Marks it anomalous
+    (``out_bad``) and that scalar as its non-finite leaf (``bad``). Without this the first record after it
+    holding the written tensor as an output (the enclosing module) was named instead."""
+    for i, name in enumerate(names):
+        if in_bad[i] or out_bad[i] or not any(k in name for k in _WRITE_RETURNS_NONE):
+            continue
+        a, b = int(starts[i]), int(ends[i])
+        hits = [j for j in range(a, b) if not tensor[j] and rows.state[j] == "input"
+                and isinstance(rows.value[j], float) and not math.isfinite(rows.value[j])]
+        if hits:
+            out_bad[i] = True
+            bad[hits] = True
+
+
 def read_rank(paths: RankPaths) -> RankRecords:
     """Read one rank's dump.json into records with their non-finite flags."""
     from msprobe.core.dump.reader import NO_VALUE, read_dump
@@ -219,6 +241,7 @@ def read_rank(paths: RankPaths) -> RankRecords:
         raise MsprobeError(f"{side} dump.json {paths.dump}: a record appears twice; the file is damaged: re-run the dump")
     in_bad = np.logical_or.reduceat(bad & is_in, starts)
     out_bad = np.logical_or.reduceat(bad & is_out, starts)
+    _in_place_writes(names, starts, ends, rows, tensor, bad, in_bad, out_bad)
     comm = np.fromiter((is_comm(x) for x in names), dtype=bool, count=len(names))
     ignored = np.fromiter((is_ignored(x) for x in names), dtype=bool, count=len(names))
     rec = RankRecords(paths.rank, paths, names, in_bad, out_bad, comm, ignored, rows.framework)

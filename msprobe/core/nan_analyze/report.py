@@ -232,12 +232,17 @@ def summary_lines(result: Result, content: Dict[str, list]) -> List[str]:
         src = source_line(node["stack_info"]) if node else None
         lines.append(f"    source: {src}" if src else "    source: (no user frame in stack.json)")
         bad = [leaf for leaf, state in rec.leaves(a.index) if state == "output"]
+        written = [leaf for leaf, state in rec.leaves(a.index) if state == "input"]
         shown = []
         for leaf in bad[:4]:
             st = _leaf_stats(_body_of(node), leaf)
             shown.append(f"{leaf} (Max {_fmt(st[0])}, Min {_fmt(st[1])})" if st else leaf)
         more = f" and {len(bad) - 4} more" if len(bad) > 4 else ""
-        lines.append(f"    non-finite: {', '.join(shown)}{more}; all its inputs are finite")
+        if not bad and written:     # an in-place write of a non-finite scalar (x[i] = nan): no output record
+            lines.append(f"    non-finite: the scalar {', '.join(written[:4])} it writes in place into its first "
+                         f"argument; its tensor inputs are finite")
+        else:
+            lines.append(f"    non-finite: {', '.join(shown)}{more}; all its inputs are finite")
         if a.via:
             to = f" to rank(s) {', '.join(map(str, a.peers))}" if a.peers else ""
             lines.append(f"    passed on by {a.via}{to}")
