@@ -29,6 +29,26 @@ _DTYPE_NAMES = {}      # torch.dtype -> "torch.float32" (str() builds a new stri
 
 
 
+#: collectives whose argument (position, keyword) is only written: the buffer the result goes to. Its record
+#: among the inputs (taken before the call) has no values: the collective does not read it, and what it holds
+#: is leftover memory (FSDP2's all-gather buffer is torch.empty), different in every run (compare named it)
+_OUTPUT_BUFFERS = {
+    "all_gather_single": (0, "output_tensor"), "all_gather_into_tensor": (0, "output_tensor"),
+    "_all_gather_base": (0, "output_tensor"), "all_gather": (0, "tensor_list"),
+    "reduce_scatter_single": (0, "output"), "reduce_scatter_tensor": (0, "output"),
+    "_reduce_scatter_base": (0, "output"), "reduce_scatter": (0, "output"),
+    "all_to_all_single": (0, "output"), "all_to_all": (0, "output_tensor_list"),
+}
+
+
+def _tensors_in(v):
+    if isinstance(v, torch.Tensor):
+        return [v]
+    if isinstance(v, (list, tuple)):
+        return [t for t in v if isinstance(t, torch.Tensor)]
+    return []
+
+
 def _tool_thread():
     """Mark the calling (tool-owned) thread as inside the tool: the patched torch APIs it calls while
     writing files (Tensor.view, numpy, ...) are not recorded as the model's calls."""
@@ -267,6 +287,9 @@ class Collector(CollectorBase):
         self.grad_hook_handles = []
         self.pending_md5 = []
         self.pending_async = []      # (works, record, name, args, kwargs) of async collectives not yet complete
+        # ids of tensors recorded without values while a record is made: the output buffers among a
+        # collective's inputs (api_inputs), the result of torch.empty (hooks.call): leftover memory
+        self.buffer_ids = ()
         self.stats.clear()
         self._reset_step()
 
@@ -287,6 +310,11 @@ class Collector(CollectorBase):
         slot = None
         blind = False       # the values of t cannot be read (meta / fake tensor, released storage)
         snap = None         # tensor task: the compact snapshot queued for the writer thread (and its buffer)
+        if self.buffer_ids and id(t) in self.buffer_ids:
+            # memory that torch.empty handed out, not written yet: no values (they differ from run to run)
+            if self.md5 and not self.structure_only:
+                rec["md5"] = None
+            return rec
         if not self.structure_only:
             slot = self.stats.cached(t, rec)
             if slot is None:
@@ -464,9 +492,16 @@ class Collector(CollectorBase):
         save = self._save_for(name)
         rec = {}
         if self.fwd_in:
-            rec["input_args"] = [self.convert(a, f"{name}.input.{i}", save) for i, a in enumerate(args)]
-            rec["input_kwargs"] = {k: self.kwargs_value(k, v, f"{name}.kwargs.{k}", save)
-                                   for k, v in kwargs.items()}
+            where = _OUTPUT_BUFFERS.get(name.split(".", 2)[1]) if name.startswith("Distributed.") else None
+            if where is not None:
+                buf = args[where[0]] if len(args) > where[0] else kwargs.get(where[1])
+                self.buffer_ids = {id(t) for t in _tensors_in(buf)}
+            try:
+                rec["input_args"] = [self.convert(a, f"{name}.input.{i}", save) for i, a in enumerate(args)]
+                rec["input_kwargs"] = {k: self.kwargs_value(k, v, f"{name}.kwargs.{k}", save)
+                                       for k, v in kwargs.items()}
+            finally:
+                self.buffer_ids = ()
         rec["is_recompute"] = False
         if not self.overflow:
             self.data[name] = rec

@@ -37,6 +37,7 @@ import json
 import os
 import sys
 import threading
+import weakref
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -117,6 +118,13 @@ def function_names():
 _INPLACE_DUNDERS = {"__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__", "__ipow__",
                     "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__", "__imatmul__", "__idiv__",
                     "__setitem__"}
+
+
+#: torch.ops.fsdp custom ops run unrecorded (ApiHooks._opaque_on)
+_OPAQUE_FSDP_OPS = ("all_gather_copy_in", "split_with_sizes_copy", "chunk_cat")
+
+#: APIs whose output is leftover memory: recorded without values
+_EMPTY_APIS = frozenset(("Torch.empty", "Torch.empty_like"))
 
 
 def _write_kind(name, distributed):
@@ -428,7 +436,10 @@ class Hooks:
         self.pid = os.getpid()
         self.hooked_models = []
         self._module_handles = []
-        self._param_handles = []
+        # (id(tensor), record key) -> (weakref, hook handle): parameters (or their FSDP stand-ins) with a grad
+        # hook; a tied weight has one per module that owns it
+        self._hooked_params = {}
+        self._hooked_prune_at = 4096
         self._writes = {}           # name -> what a call may write that _version does not show (_write_kind)
         self._open = []             # [edges, identity ops, generation] of the modules whose forward is running
         # ops returning their input get the identity record (_api_backward_hook); False: the reference's
@@ -530,6 +541,40 @@ class Hooks:
                 continue
             patched.append((owner, attr, item[2]))
 
+        self._opaque_on(patched)
+
+    def _opaque_on(self, patched):
+        """FSDP2's fused custom ops (``torch.ops.fsdp.*``) run while nothing is recorded, as any aten op's
+        internals: their Python implementations slice the all-gather buffer (``narrow``, ``split``) before the
+        collective fills it, so those records read leftover memory (different in every run: compare named them
+        in two identical runs). The collectives around them are recorded as usual."""
+        if sys.modules.get("torch.distributed.fsdp._fully_shard._fsdp_collectives") is None:
+            return
+        try:
+            space = torch.ops.fsdp
+        except Exception:   # noqa: BLE001
+            return
+        for attr in _OPAQUE_FSDP_OPS:
+            try:
+                orig = getattr(space, attr)
+            except Exception:   # noqa: BLE001 - not registered in this torch
+                continue
+            if getattr(orig, "__msprobe_original__", None) is not None:
+                continue
+
+            def opaque(*args, _orig=orig, **kwargs):
+                TLS.depth += 1
+                try:
+                    return _orig(*args, **kwargs)
+                finally:
+                    TLS.depth -= 1
+            opaque.__msprobe_original__ = orig
+            try:
+                setattr(space, attr, opaque)
+            except Exception:   # noqa: BLE001
+                continue
+            patched.append((space, attr, orig))
+
     def patch_off(self):
         undo_patches(self._patched)
         self._patched = []
@@ -582,12 +627,57 @@ class Hooks:
             self.restore_custom(module, api)
         self.patch_off()
         self.pop_mode()
-        for h in self._module_handles + self._param_handles:
+        for h in self._module_handles + [h for _ref, h in self._hooked_params.values()]:
             try:
                 h.remove()
             except Exception:
                 pass
-        self._module_handles, self._param_handles = [], []
+        self._module_handles = []
+        self._hooked_params = {}
+
+    def _hook_param(self, p, grad_key, pname):
+        """A gradient hook on tensor ``p`` (a parameter, or what stands in for it during the forward), once."""
+        key = (id(p), grad_key)
+        hooked = self._hooked_params
+        ent = hooked.get(key)
+        if ent is not None and ent[0]() is p:
+            return
+        try:
+            hooked[key] = (weakref.ref(p), p.register_hook(self._param_hook(grad_key, pname)))
+        except Exception:       # noqa: BLE001 - a tensor that takes no hook: no parameters_grad for it
+            return
+        if len(hooked) > self._hooked_prune_at:
+            # FSDP1 makes new views every forward: forget those that are gone
+            for k in [k for k, (ref, _h) in hooked.items() if ref() is None]:
+                del hooked[k]
+            self._hooked_prune_at = max(4096, 2 * len(hooked))
+
+    def _live_params(self, mod, params, grad_key):
+        """The module's direct parameters as its forward uses them now, each with a gradient hook.
+
+        Usually the objects found when hooking (``params``). FSDP puts other tensors in their place for the
+        forward: FSDP2 (``fully_shard``) swaps its sharded DTensor parameters for full-size unsharded ones
+        (leaf Parameters that autograd accumulates into, before the reduce-scatter), FSDP1 with
+        ``use_orig_params`` sets plain views of its unsharded flat parameter as attributes. The forward
+        record's parameters and the gradient hook must be those (the sharded ones get no gradient through
+        autograd: FSDP assigns their ``.grad`` after its reduce-scatter, so their hook never fires and every
+        ``parameters_grad`` record stayed null)."""
+        if not params:
+            return params
+        live = None
+        got = mod._parameters
+        for i, (pn, p) in enumerate(params):
+            q = got.get(pn)
+            if q is None:
+                q = mod.__dict__.get(pn)
+            if q is p or not isinstance(q, torch.Tensor):
+                continue
+            if live is None:
+                live = list(params)
+            live[i] = (pn, q)
+            if q.requires_grad:
+                self._hook_param(q, grad_key, pn)
+        return params if live is None else live
 
     def _wrapper(self, name, orig, distributed=False):
         hooks = self
@@ -694,6 +784,14 @@ class Hooks:
                         works = out if isinstance(out, (list, tuple)) else [out]
                         self._watch_work(works)
                         col.api_outputs_later(fwd, rec, works, args, kwargs)
+                    elif name in _EMPTY_APIS:     # its output is leftover memory: recorded without values
+                        col.buffer_ids = {id(out)}
+                        try:
+                            col.api_outputs(fwd, rec, out, distributed, args, kwargs)
+                        finally:
+                            col.buffer_ids = ()
+                        if self.tree is not None:
+                            self.tree.sync(fwd, True)
                     else:
                         col.api_outputs(fwd, rec, out, distributed, args, kwargs)
                         if self.tree is not None:
@@ -930,9 +1028,10 @@ class Hooks:
             if inputs is not None:
                 inputs = col.module_inputs(name, args, kwargs)
             col.module_exit(name, expand)
-            kept = col.module_forward(name, None, inputs, output, params)
-            if kept and params and col.want_backward and any(p.requires_grad for _, p in params):
-                col.param_grad_placeholder(grad_key, [pn for pn, p in params if p.requires_grad])
+            live = hooks._live_params(mod, params, grad_key)
+            kept = col.module_forward(name, None, inputs, output, live)
+            if kept and live and col.want_backward and any(p.requires_grad for _, p in live):
+                col.param_grad_placeholder(grad_key, [pn for pn, p in live if p.requires_grad])
             tree.sync(name, False)
             tree.exit(name)
             if bw is not None and torch.is_grad_enabled():
@@ -959,7 +1058,7 @@ class Hooks:
         self._module_handles.append(mod.register_forward_hook(post, with_kwargs=True, prepend=True))
         for pn, p in params:
             if p.requires_grad:
-                self._param_handles.append(p.register_hook(self._param_hook(grad_key, pn)))
+                self._hook_param(p, grad_key, pn)
 
     def _hook_module(self, mod, prefix):
         if self.reference:
@@ -990,9 +1089,10 @@ class Hooks:
         def record_outputs(frame, args, output):
             name, n, parent, expand, inputs, _gen, edges, opened = frame
             col.module_exit(name, expand)
-            kept = col.module_forward(name, parent, inputs, output, params)
-            if kept and params and col.want_backward and any(p.requires_grad for _, p in params):
-                col.param_grad_placeholder(grad_key, [pn for pn, p in params if p.requires_grad])
+            live = hooks._live_params(mod, params, grad_key)
+            kept = col.module_forward(name, parent, inputs, output, live)
+            if kept and live and col.want_backward and any(p.requires_grad for _, p in live):
+                col.param_grad_placeholder(grad_key, [pn for pn, p in live if p.requires_grad])
             if edges is not None and torch.is_grad_enabled():
                 hooks._module_backward_hooks(prefix, n, edges, output, opened[1] if opened else ())
 
@@ -1018,7 +1118,7 @@ class Hooks:
         self._module_handles.append(mod.register_forward_hook(post, with_kwargs=True, prepend=True))
         for pn, p in params:
             if p.requires_grad:
-                self._param_handles.append(p.register_hook(self._param_hook(grad_key, pn)))
+                self._hook_param(p, grad_key, pn)
 
     def _param_hook(self, key, pname):
         col = self.col
