@@ -169,3 +169,18 @@ def test_calls_that_differ_in_their_arguments(tmp_path, capsys):
     assert "input.1, the float 1.05, with no golden counterpart" in fields["Reason"]
     assert "-fm" in fields["Reason"]
     assert "has no golden counterpart" in stdout and "its inputs agree" not in stdout
+
+
+def test_arguments_of_calls_that_differ_are_not_the_culprit(tmp_path, capsys):
+    """sdpa against eager attention (no fault): the target's reshape.0 (a [2, 4, 16, 16] input, dims -1) is
+    another call than the golden's reshape.0 (a [2, 2, 2, 16, 16] input, dims 4). The differing dim was red
+    ('argument 2 differs: -1 vs 4'); it is yellow because the calls differ, and the call is named as such."""
+    x4 = tensor(1.0, shape=(2, 4, 16, 16))
+    x5 = tensor(1.0, shape=(2, 2, 2, 16, 16))
+    arg = lambda v: {"type": "int", "value": v}  # noqa: E731
+    target = {**OK, "Tensor.reshape.0.forward": entry([x4, arg(2), arg(-1), arg(16)], [tensor(1.0, 0.7, shape=(2, 4, 16, 16))])}
+    golden = {**OK, "Tensor.reshape.0.forward": entry([x5, arg(2), arg(4), arg(16)], [tensor(1.0, shape=(2, 4, 16, 16))])}
+    fields, stdout = advice_lines(tmp_path, capsys, target, golden)
+    assert fields["Suspect Nodes"] == "Tensor.reshape.0.forward.output.0"
+    assert fields["Category"] == adv.CAT_CALLS_DIFFER
+    assert "red: 1  yellow: 1 " in stdout        # the output red, the differing dim yellow (was red too)

@@ -26,7 +26,8 @@ pytestmark = pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")
 
 SUBSET = ("hf_llama_oproj_hook_stat", "hf_llama_silu_out_tensor", "hf_gpt2_gelu_grad_bf16_stat",
           "hf_t5_relu_out_md5", "hf_mixtral_topk_stat", "hf_vit_patch_hook_bf16_stat",
-          "hf_ctl_llama_bf16_stat", "hf_ctl_t5_bf16_stat", "hf_ctl_t5_bf16_stat_fm", "hf_llama_act_hook_op_stat_fm")
+          "hf_ctl_llama_bf16_stat", "hf_ctl_t5_bf16_stat", "hf_ctl_t5_bf16_stat_fm", "hf_llama_act_hook_op_stat_fm",
+          "hf_ctl_llama_sdpa_vs_eager_stat_fm")
 CASES = [c for c in HF_CASES if c.name in SUBSET]
 
 

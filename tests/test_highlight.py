@@ -154,6 +154,26 @@ def test_fuzzy_leaves_a_call_run_on_one_side_unmatched(tmp_path):
     rep2 = run(tmp_path, target2, golden2, fuzzy=True)
     assert col(rep2, "Bench Name") == ["Functional.gelu.3.forward.input.0", "N/A", "Functional.gelu.3.forward.output.0"]
 
+
+def test_fuzzy_pairs_a_backward_call_with_its_forward_partner(tmp_path):
+    """Backward calls run in another order on the two sides (sdpa against eager attention: the k-th backward
+    mul of a shape was another call, and a clean pair had two red rows): a backward call pairs with the
+    backward of the golden call its forward paired with."""
+    def fwd(a):
+        return {"input_args": [t(a), t(a + 1)], "output": [t(a * (a + 1))]}
+
+    def bwd(a):
+        return {"input": [t(a)], "output": [t(a + 1), t(a)]}
+    target = {"Tensor.__mul__.0.forward": fwd(1.0), "Tensor.__mul__.1.forward": fwd(3.0),
+              "Tensor.__mul__.1.backward": bwd(3.0), "Tensor.__mul__.0.backward": bwd(1.0)}
+    golden = {"Tensor.__mul__.4.forward": fwd(1.0), "Tensor.__mul__.5.forward": fwd(3.0),
+              "Tensor.__mul__.4.backward": bwd(1.0), "Tensor.__mul__.5.backward": bwd(3.0)}
+    rep = run(tmp_path, target, golden, fuzzy=True)
+    pairs = dict(zip(col(rep, "NPU Name"), col(rep, "Bench Name")))
+    assert pairs["Tensor.__mul__.1.backward.input.0"] == "Tensor.__mul__.5.backward.input.0"
+    assert pairs["Tensor.__mul__.0.backward.output.1"] == "Tensor.__mul__.4.backward.output.1"
+    assert col(rep, "Max diff") == [0.0] * len(rep.names)
+
 def test_md5_mode(tmp_path):
     def m(v):
         return {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [2], "md5": v, "requires_grad": False}

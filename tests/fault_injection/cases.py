@@ -352,6 +352,10 @@ HF_CASES: List[Case] = [
     # each shape instead
     Case("hf_ctl_t5_bf16_stat_fm", "t5", {}, "statistics", "mix", "no fault; bf16 autocast vs fp32; compare -fm",
          None, target_dtype="bf16", compare_args=("-fm",)),
+    # another attention implementation on each side (the target's fused sdpa, the golden's eager matmul/softmax):
+    # whole calls pair by their arguments with -fm, and the backward calls with their forwards' partners
+    Case("hf_ctl_llama_sdpa_vs_eager_stat_fm", "llama", {"attn_impl": "sdpa"}, "statistics", "mix",
+         "no fault; sdpa attention (target) vs eager (golden); compare -fm", None, compare_args=("-fm",)),
     Case("hf_ctl_mixtral_bf16_stat", "mixtral", {}, "statistics", "mix", "no fault; bf16 autocast vs fp32", None,
          target_dtype="bf16"),
     Case("hf_ctl_mixtral_fp32_md5", "mixtral", {}, "md5", "mix", "no fault; fp32 vs fp32 (identical runs)", None),

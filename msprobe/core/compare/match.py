@@ -227,31 +227,61 @@ def _signature(rows: DumpRows, key: str, idx: List[int], tensors_only: bool):
     return fuzzy_key(key), tuple(sorted(sig))  # a parameters_grad entry may list bias before weight
 
 
+def _twin(key: str, a: str, b: str) -> Optional[str]:
+    """``key`` with its last ``a`` segment replaced by ``b`` (a backward call's forward twin), or None."""
+    parts = key.split(".")
+    for k in range(len(parts) - 1, -1, -1):
+        if parts[k] == a:
+            parts[k] = b
+            return ".".join(parts)
+    return None
+
+
 def _pair_calls(t: DumpRows, g: DumpRows) -> Dict[str, str]:
-    """Target call -> golden call: the k-th target call of a (call-number-free name, structure) pairs with the
-    k-th golden call of the same, first with every argument's kind, then (for the calls left) with the
-    tensors' alone (an argument given on one side only)."""
+    """Target call -> golden call.  Forward (and other) calls first: the k-th target call of a
+    (call-number-free name, structure) pairs with the k-th golden call of the same, first with every argument's
+    kind, then (for the calls left) with the tensors' alone (an argument given on one side only).  Then a
+    backward call pairs with the backward of the golden call its forward paired with (backward calls run in
+    another order, so their k-th pairing would join other calls), and the backward calls left by the k-th rule."""
     tcalls, gcalls = _calls(t), _calls(g)
     pairs: Dict[str, str] = {}
     used: set = set()
-    left = list(tcalls)
-    for tensors_only in (False, True):
-        queues: Dict[tuple, List[str]] = {}
-        for key, idx in gcalls.items():
-            if key not in used:
-                queues.setdefault(_signature(g, key, idx, tensors_only), []).append(key)
-        heads: Dict[tuple, int] = {}
-        rest = []
-        for key in left:
-            sig = _signature(t, key, tcalls[key], tensors_only)
-            q, h = queues.get(sig), heads.get(sig, 0)
-            if q is not None and h < len(q):
-                pairs[key] = q[h]
-                used.add(q[h])
-                heads[sig] = h + 1
-            else:
-                rest.append(key)
-        left = rest
+
+    def by_order(left: List[str], gkeys: List[str]) -> List[str]:
+        for tensors_only in (False, True):
+            queues: Dict[tuple, List[str]] = {}
+            for key in gkeys:
+                if key not in used:
+                    queues.setdefault(_signature(g, key, gcalls[key], tensors_only), []).append(key)
+            heads: Dict[tuple, int] = {}
+            rest = []
+            for key in left:
+                sig = _signature(t, key, tcalls[key], tensors_only)
+                q, h = queues.get(sig), heads.get(sig, 0)
+                if q is not None and h < len(q):
+                    pairs[key] = q[h]
+                    used.add(q[h])
+                    heads[sig] = h + 1
+                else:
+                    rest.append(key)
+            left = rest
+        return left
+
+    def is_backward(key: str) -> bool:
+        return ".backward" in key and _twin(key, "backward", "forward") is not None
+
+    by_order([k for k in tcalls if not is_backward(k)], [k for k in gcalls if not is_backward(k)])
+    left = []
+    for key in (k for k in tcalls if is_backward(k)):
+        fwd = pairs.get(_twin(key, "backward", "forward"))
+        gb = _twin(fwd, "forward", "backward") if fwd is not None else None
+        if (gb is not None and gb in gcalls and gb not in used
+                and _signature(t, key, tcalls[key], True)[1] == _signature(g, gb, gcalls[gb], True)[1]):
+            pairs[key] = gb
+            used.add(gb)
+        else:
+            left.append(key)
+    by_order(left, [k for k in gcalls if is_backward(k)])
     return pairs
 
 
