@@ -23,6 +23,7 @@ from msprobe.core.errors import MsprobeError
 from msprobe.core.grad_probe import stats
 from msprobe.core.grad_probe.monitor_base import GradientMonitorBase, GradProbeServiceBase, split_flat
 from msprobe.core.grad_probe.writer import StepRecord
+from msprobe.pytorch.monitor.fsdp import local
 
 log = logging.getLogger("msprobe")
 
@@ -107,7 +108,9 @@ class GradientMonitor(GradientMonitorBase):
                     log.info("grad is None: %s", name)
                 continue
             names.append(name)
-            grads.append(grad.detach())
+            # FSDP2 (fully_shard): a DTensor gradient is recorded as this rank's shard, the tensor the
+            # optimizer updates here (its statistics as a DTensor would need collectives: it failed before)
+            grads.append(local(grad).detach())
         if not names:
             self._writer.submit(StepRecord(step, [], [], np.zeros((0, 3))))
             return

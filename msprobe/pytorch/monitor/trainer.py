@@ -45,6 +45,7 @@ from msprobe.core.monitor.trainer_base import (TrainerMonBase, checked_grad_acc_
                                                vpp_of as _vpp, xy_directions)
 from msprobe.core.monitor.writers import CsvWriter, TensorBoardWriter
 from msprobe.pytorch.monitor import features as FT
+from msprobe.pytorch.monitor import fsdp as FSDP
 from msprobe.pytorch.monitor.stats import StatPlan
 from msprobe.pytorch.monitor.structure import StackRecorder, StructRecorder
 
@@ -117,6 +118,8 @@ class TrainerMon(TrainerMonBase):
             except Exception:   # noqa: BLE001 - an odd group: keep the defaults
                 pass
         self._init_state(_Step())
+        self._fsdp1_flat, self._fsdp2 = [], False      # FSDP1 flat parameters, FSDP2 in the model
+        self._fsdp1_set, self._fsdp_managed = set(), set()
         self._pending_none = []   # actv_grad NaN rows of inputs without gradient (written once backward runs)
         self._failed = False
         self.param2name = {}
@@ -160,6 +163,10 @@ class TrainerMon(TrainerMonBase):
         if optimizer is None or not hasattr(optimizer, "register_step_post_hook"):
             raise MsprobeError("TrainerMon.set_monitor: optimizer must be a torch.optim.Optimizer (the monitor "
                                "counts steps with its step hooks)")
+        # FSDP1 without use_orig_params: the reference's ValueError, before anything is hooked
+        self._fsdp1_flat, self._fsdp2 = FSDP.find_fsdp(chunks)
+        self._fsdp1_set = FSDP.fsdp1_params(self._fsdp1_flat)
+        self._fsdp_managed = self._fsdp1_set | (FSDP.fsdp2_params(chunks) if self._fsdp2 else set())
         self.model, self.optimizer = chunks, optimizer
         self.step = int(start_iteration)
         self._first_step = self.step
@@ -324,9 +331,14 @@ class TrainerMon(TrainerMonBase):
             if cfg["wg_distribution"]:
                 counts = {}
                 for p, name in self.param2name.items():
-                    if name in self.duplicate:
+                    if name in self.duplicate or p in self._fsdp_managed:
                         continue
                     self._handles.append(p.register_post_accumulate_grad_hook(self._acc_hook(name, counts)))
+                # FSDP: the rank's unsharded gradient before the reduce-scatter (kind pre_grad)
+                if self._fsdp1_flat:
+                    self._handles += FSDP.hook_fsdp1(self._fsdp1_flat, self._fsdp_record)
+                if self._fsdp2:
+                    self._handles += FSDP.hook_fsdp2(self._fsdp_record)
         except Exception as exc:   # noqa: BLE001
             self._fail("monitor.install", exc)
         self._installed = True
@@ -464,6 +476,7 @@ class TrainerMon(TrainerMonBase):
     def _add(self, prefix, tag, vpp, micro, call_id, t):
         cur = self._cur
         if _is_tensor(t):
+            t = FSDP.local(t)      # FSDP2 DTensor (gradient, moment, parameter): this rank's shard
             if prefix in ("actv", "actv_grad"):
                 # an activation seen again in the step (a module's output is the next one's input): reduced once
                 key = (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device)
@@ -639,6 +652,19 @@ class TrainerMon(TrainerMonBase):
                 self._fail(f"monitor.linear_hook.{name}", exc)
         return hook
 
+    def _fsdp_record(self, p, grad):
+        """FSDP's unreduced gradient of parameter ``p`` (the rank's unsharded local gradient)."""
+        if not self._on:
+            return
+        name = self.param2name.get(p)
+        if name is None or name in self.duplicate:
+            return
+        try:
+            self._add("grad_unreduced", N.tag(name, self.rank, "pre_grad"), _vpp(name), 0, len(self._cur.vecs),
+                      grad)
+        except Exception as exc:   # noqa: BLE001
+            self._fail(f"monitor.pre_grad.{name}", exc)
+
     def _grad_of(self, p):
         if self.params_have_main_grad:
             g = getattr(p, "main_grad", None)
@@ -676,12 +702,14 @@ class TrainerMon(TrainerMonBase):
         opt = self.optimizer
         if not before:
             for name, p in self.name2param.items():
-                if p.numel():
+                if p.numel() and not self._no_shard(p):
                     self._add("param_updated", N.tag(name, self.rank, "param_updated"), _vpp(name), 0, -1, p)
             return
         state_missing = False
         single = not self._dist()
         for name, p in self.name2param.items():
+            if self._no_shard(p):
+                continue
             vpp = _vpp(name)
             if cfg["wg_distribution"] and name not in self.duplicate:
                 g = self._grad_of(p)
@@ -708,7 +736,8 @@ class TrainerMon(TrainerMonBase):
                         self._add("exp_avg", N.tag(name, self.rank, "exp_avg"), vpp, 0, -1, m)
                         self._add("exp_avg_sq", N.tag(name, self.rank, "exp_avg_sq"), vpp, 0, -1, v)
                 if cfg["mg_direction"]:
-                    g = self._grad_of(p)
+                    g = FSDP.local(self._grad_of(p))
+                    m = FSDP.local(m)
                     if g is not None:
                         with torch.no_grad():
                             if m is None or self.step == 0:
@@ -720,6 +749,10 @@ class TrainerMon(TrainerMonBase):
             self._update_ratio(opt)
         if state_missing:
             log.warning("optimizer state can not accessed")
+
+    def _no_shard(self, p):
+        """An FSDP1 parameter with no element in this rank's shard (no gradient, no optimizer state here)."""
+        return p in self._fsdp1_set and p.numel() == 0
 
     def _update_ratio(self, opt):
         """ur_distribution: Adam's bias-corrected update m^/(sqrt(v^)+eps) and ratio m^/sqrt(v^) of every
@@ -737,8 +770,8 @@ class TrainerMon(TrainerMonBase):
                 log.warning("step of %s is None, maybe something wrong happened.", name)
                 continue
             step = float(step)
-            m = st["exp_avg"].detach().float() / (1 - betas[0] ** step)
-            v = torch.sqrt(st["exp_avg_sq"].detach().float() / (1 - betas[1] ** step))
+            m = FSDP.local(st["exp_avg"]).detach().float() / (1 - betas[0] ** step)
+            v = torch.sqrt(FSDP.local(st["exp_avg_sq"]).detach().float() / (1 - betas[1] ** step))
             ratio = m / v
             update = m / (v + eps)
             for kind, t in (("adam_update", update), ("adam_ratio", ratio)):
