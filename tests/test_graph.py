@@ -207,6 +207,30 @@ def test_fuzzy_leaves_a_call_run_on_one_side_unmatched(tmp_path):
     assert a["NPU"]["Tensor.__mul__.0.forward"][3] is None
     assert a["NPU"]["Tensor.__mul__.1.forward"][3] == "Tensor.__mul__.0.forward"
 
+
+def test_fuzzy_backward_pairs_with_its_forward_partner(tmp_path):
+    """The backward calls run in another order on the two sides (sdpa against eager attention: a clean pair had
+    3 red nodes with -fm): a backward API pairs with the backward of its forward's partner."""
+    def side(nums, bwd_order):
+        construct = {"Module.m.M.forward.0": None, "Module.m.M.backward.0": None}
+        data = {"Module.m.M.forward.0": {"input_args": [T(1.0)], "input_kwargs": {}, "output": [T(2.0)]},
+                "Module.m.M.backward.0": {"input": [T(0.1)], "output": [T(0.2)]}}
+        for k, v in zip(nums, (1.0, 3.0)):
+            construct[f"Tensor.__mul__.{k}.forward"] = "Module.m.M.forward.0"
+            data[f"Tensor.__mul__.{k}.forward"] = {"input_args": [T(v), T(v + 1)], "input_kwargs": {},
+                                                   "output": [T(v * (v + 1))]}
+        for k in bwd_order:
+            v = 1.0 if k == nums[0] else 3.0
+            construct[f"Tensor.__mul__.{k}.backward"] = "Module.m.M.backward.0"
+            data[f"Tensor.__mul__.{k}.backward"] = {"input": [T(v)], "output": [T(v + 1), T(v)]}
+        return construct, data
+    t = write_dump(str(tmp_path / "t"), *side((0, 1), (1, 0)))
+    g = write_dump(str(tmp_path / "g"), *side((4, 5), (4, 5)))
+    a, _ = read_vis(run_graph(GraphConfig(target=t, golden=g, output=str(tmp_path / "o"), fuzzy=True)).outputs[0])
+    assert a["NPU"]["Tensor.__mul__.0.forward"][3] == "Tensor.__mul__.4.forward"
+    assert a["NPU"]["Tensor.__mul__.1.backward"][3] == "Tensor.__mul__.5.backward"
+    assert a["NPU"]["Tensor.__mul__.0.backward"][3] == "Tensor.__mul__.4.backward"
+
 def test_default_match_requires_same_shapes(tmp_path):
     c, d, s = small_model()
     d2 = json.loads(json.dumps(d))

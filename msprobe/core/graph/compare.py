@@ -150,9 +150,20 @@ def _recount(node: Node, with_shapes: bool = True) -> Dict[str, Node]:
     return out
 
 
+def _backward_twin(node_id: str) -> Optional[str]:
+    """``Tensor.mul.3.forward`` for ``Tensor.mul.3.backward`` (None for a forward node)."""
+    head, sep, tail = node_id.rpartition(".backward")
+    return head + ".forward" + tail if sep else None
+
+
 def match_fuzzy(g_n: Graph, g_b: Graph, check_shape: bool = True) -> List[Tuple[Node, Node]]:
+    """Modules by id (and shapes); the API children of a matched module pair by name without counter, structure
+    and occurrence, except a backward API whose forward node exists: it pairs with the backward of its forward's
+    partner, or with nothing when its forward has none (backward calls run in another order when the two graphs
+    differ, fused sdpa against eager attention, so their k-th occurrences are other calls)."""
     pairs: List[Tuple[Node, Node]] = []
     bnodes = g_b.nodes
+    modules: List[Tuple[Node, Node]] = []
     for n in g_n.bfs():
         if n.type == TYPE_API:
             continue
@@ -160,13 +171,37 @@ def match_fuzzy(g_n: Graph, g_b: Graph, check_shape: bool = True) -> List[Tuple[
         if b is None or (check_shape and not (_same_shapes(n.input_data, b.input_data) and _same_shapes(n.output_data, b.output_data))):
             continue
         _link(n, b, pairs)
+        modules.append((n, b))
+
+    def fits(an: Node, ab: Node) -> bool:
+        return ab.partner is None and (not check_shape or (_same_shapes(an.input_data, ab.input_data)
+                                                           and _same_shapes(an.output_data, ab.output_data)))
+    for n, b in modules:  # forward (and other) API children first
         apis_b = _recount(b, check_shape)
         for key, an in _recount(n, check_shape).items():
             ab = apis_b.get(key)
+            if ab is not None and _backward_twin(an.id) is None and fits(an, ab):
+                _link(an, ab, pairs)
+    tnodes = g_n.nodes
+    for n, b in modules:  # backward API children: the backward of the forward's partner, else by occurrence
+        apis_b = _recount(b, check_shape)
+        for key, an in _recount(n, check_shape).items():
+            twin = _backward_twin(an.id)
+            if twin is None or an.partner is not None:
+                continue
+            fwd = tnodes.get(twin)
+            if fwd is not None and fwd.partner is None:
+                continue  # its forward pairs with nothing: neither does the backward (no k-th guess across graphs)
+            ab = None
+            if fwd is not None:
+                ab = bnodes.get(fwd.partner.id.replace(".forward", ".backward", 1)
+                                if fwd.partner.id.count(".forward") == 1 else "")
+                if ab is not None and not fits(an, ab):
+                    ab = None
             if ab is None:
-                continue
-            if check_shape and not (_same_shapes(an.input_data, ab.input_data) and _same_shapes(an.output_data, ab.output_data)):
-                continue
+                ab = apis_b.get(key)
+                if ab is None or not fits(an, ab):
+                    continue
             _link(an, ab, pairs)
     return pairs
 
