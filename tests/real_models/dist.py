@@ -11,7 +11,7 @@ every job in order (2 steps each: forward, backward, SGD step) and saves ``OUT/{
 * ``local`` (DDP jobs): per step, the gradient each parameter received on this rank before DDP's
   all-reduce (tensor hooks that return nothing; registered before the debugger's, so they see the same).
 
-A job: ``{"name", "wrap": "ddp"|"fsdp2"|"fsdp1", "arch", "dump": null|{"level", "mode"}, "fault": null|
+A job: ``{"name", "wrap": "ddp"|"fsdp2"|"fsdp2_bf16"|"fsdp1", "arch", "dump": null|{"level", "mode"}, "fault": null|
 "act"|"grad"|"nan"}``; faults are planted on rank 1 only: ``act`` multiplies layer 1's MLP activation output
 by 1.05 (a forward hook on ``mlp.act_fn``), ``grad`` multiplies the gradient of layer 1's
 ``mlp.down_proj.weight`` by 1.5 (a tensor hook, before DDP's reduce), ``nan`` writes a NaN into layer 1's MLP
@@ -45,13 +45,14 @@ def _wrap(kind, model):
     if kind == "ddp":
         from torch.nn.parallel import DistributedDataParallel
         return DistributedDataParallel(model)
-    if kind == "fsdp2":
+    if kind in ("fsdp2", "fsdp2_bf16"):
         from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
         mesh = init_device_mesh("cpu", (WORLD,))
+        kw = {"mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16)} if kind == "fsdp2_bf16" else {}
         for layer in _layers(model):
-            fully_shard(layer, mesh=mesh)
-        fully_shard(model, mesh=mesh)
+            fully_shard(layer, mesh=mesh, **kw)
+        fully_shard(model, mesh=mesh, **kw)
         return model
     if kind == "fsdp1":
         from torch.distributed.fsdp import FullyShardedDataParallel
@@ -119,7 +120,7 @@ def _run(job, out, rank):
         grads.append({n: (None if p.grad is None else
                           (p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad).detach().clone())
                       for n, p in wrapped.named_parameters()})
-        if job["wrap"] == "fsdp2":
+        if job["wrap"].startswith("fsdp2"):
             full.append({n: p.grad.full_tensor().detach().clone() for n, p in wrapped.named_parameters()})
         elif job["wrap"] == "ddp":
             full.append({n: p.grad.detach().clone() for n, p in wrapped.named_parameters()})

@@ -57,6 +57,7 @@ _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or 
 
 class _TLS(threading.local):
     depth = 0
+    comm_depth = -1     # inside a framework's internals (_internal): the depth at which collectives are recorded
 
 
 TLS = _TLS()
@@ -120,8 +121,33 @@ _INPLACE_DUNDERS = {"__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloo
                     "__setitem__"}
 
 
-#: torch.ops.fsdp custom ops run unrecorded (ApiHooks._opaque_on)
+#: FSDP2 internals run unrecorded but for their collectives (Hooks._opaque_on): functions of _fsdp_param_group,
+#: torch.ops.fsdp custom ops (nothing recorded inside)
+_INTERNAL_FSDP_FUNCS = ("foreach_all_gather", "foreach_all_gather_copy_out", "foreach_reduce")
 _OPAQUE_FSDP_OPS = ("all_gather_copy_in", "split_with_sizes_copy", "chunk_cat")
+
+
+def _internal(orig, comm):
+    """``orig`` run as a framework's internals: nothing inside is recorded, except (``comm``) the collectives it
+    calls itself when it was not called from inside a recorded call."""
+    def run(*args, **kwargs):
+        outer = TLS.depth
+        TLS.depth = outer + 1
+        prev = TLS.comm_depth
+        if comm and not outer:
+            TLS.comm_depth = outer + 1
+        try:
+            return orig(*args, **kwargs)
+        finally:
+            TLS.comm_depth = prev
+            TLS.depth = outer
+    run.__msprobe_original__ = orig
+    try:
+        functools.update_wrapper(run, orig)
+        run.__msprobe_original__ = orig
+    except Exception:   # noqa: BLE001
+        pass
+    return run
 
 #: APIs whose output is leftover memory: recorded without values
 _EMPTY_APIS = frozenset(("Torch.empty", "Torch.empty_like"))
@@ -544,36 +570,35 @@ class Hooks:
         self._opaque_on(patched)
 
     def _opaque_on(self, patched):
-        """FSDP2's fused custom ops (``torch.ops.fsdp.*``) run while nothing is recorded, as any aten op's
-        internals: their Python implementations slice the all-gather buffer (``narrow``, ``split``) before the
-        collective fills it, so those records read leftover memory (different in every run: compare named them
-        in two identical runs). The collectives around them are recorded as usual."""
-        if sys.modules.get("torch.distributed.fsdp._fully_shard._fsdp_collectives") is None:
+        """FSDP2's own gradient and parameter handling runs while only its collectives are recorded, as DDP's
+        C++ reducer is not looked into: ``foreach_all_gather`` (copy-in), ``foreach_all_gather_copy_out`` and
+        ``foreach_reduce`` (as ``_fsdp_param_group`` calls them) and the ``torch.ops.fsdp`` custom ops. Their
+        Python code slices and splits buffers made by ``torch.empty`` before anything fills them (``narrow``,
+        ``split``; with a mixed-precision policy a ``torch.split`` before a foreach copy): those records read
+        leftover memory, different in every run, and compare named them in two identical runs. The collectives
+        (``all_gather_single``, ``reduce_scatter_single``, ``all_reduce``) are recorded as usual."""
+        group = sys.modules.get("torch.distributed.fsdp._fully_shard._fsdp_param_group")
+        if group is None:
             return
+        targets = [(group, attr, True) for attr in _INTERNAL_FSDP_FUNCS]
         try:
             space = torch.ops.fsdp
+            targets += [(space, attr, False) for attr in _OPAQUE_FSDP_OPS]
         except Exception:   # noqa: BLE001
-            return
-        for attr in _OPAQUE_FSDP_OPS:
+            pass
+        for owner, attr, comm in targets:
             try:
-                orig = getattr(space, attr)
-            except Exception:   # noqa: BLE001 - not registered in this torch
+                orig = getattr(owner, attr)
+            except Exception:   # noqa: BLE001 - not in this torch
                 continue
-            if getattr(orig, "__msprobe_original__", None) is not None:
+            if not callable(orig) or getattr(orig, "__msprobe_original__", None) is not None:
                 continue
-
-            def opaque(*args, _orig=orig, **kwargs):
-                TLS.depth += 1
-                try:
-                    return _orig(*args, **kwargs)
-                finally:
-                    TLS.depth -= 1
-            opaque.__msprobe_original__ = orig
+            wrapped = _internal(orig, comm)
             try:
-                setattr(space, attr, opaque)
+                setattr(owner, attr, wrapped)
             except Exception:   # noqa: BLE001
                 continue
-            patched.append((space, attr, orig))
+            patched.append((owner, attr, orig))
 
     def patch_off(self):
         undo_patches(self._patched)
@@ -684,7 +709,7 @@ class Hooks:
 
         if distributed:
             def wrapper(*args, **kwargs):
-                if not RT.on or TLS.depth:
+                if not RT.on or (TLS.depth and TLS.depth != TLS.comm_depth):
                     out = orig(*args, **kwargs)
                     if RT.on:                      # not recorded (nested), but it still wrote
                         hooks.col.stats.forget_all()
