@@ -141,9 +141,7 @@ def _train(mode, rank, out, monitor_cfg=None, tag="plain"):
     return losses, grads, expect, rank_dir
 
 
-# xy_distribution forward only here: its backward capture regroups the sums of gradient contributions
-# (see test_xy_backward_keeps_gradients_bit_identical)
-MON_CFG = {"targets": {}, "wg_distribution": True, "xy_distribution": True, "all_xy": True, "forward_only": True,
+MON_CFG = {"targets": {}, "wg_distribution": True, "xy_distribution": True, "all_xy": True,
            "mv_distribution": True, "format": "csv", "ops": ["norm", "min", "max"], "step_count_per_record": 10,
            "ndigits": 12}
 MODES = ("ddp", "fsdp2", "fsdp1", "fsdp1_flat", "gp_ddp", "gp_fsdp2")
@@ -300,6 +298,11 @@ def _check_mode(rs, mode):
             assert set(got) == set(want), (mode, rank, prefix, sorted(set(got) ^ set(want))[:4])
             bad = [(k, got[k], w) for k, w in want.items() if not _close(got[k], w, abs_=abs_)]
             assert not bad, (mode, rank, prefix, bad[:3])
+        # activations and their gradients recorded (the hooks did not fail)
+        for prefix in ("actv", "actv_grad"):
+            _, rows = read_csv(os.path.join(r["rank_dir"], f"{prefix}_0-9.csv"))
+            assert len({int(x[2]) for x in rows}) == STEPS and len(rows) > 50 * STEPS, (mode, prefix)
+        assert not os.path.exists(os.path.join(r["rank_dir"], "dump_error_info.log")), mode
     return rs
 
 
@@ -360,6 +363,67 @@ def test_grad_probe_records_what_the_optimizer_sees(runs, mode):
                 assert _close(got[name][0], norm), (mode, step, name, got[name][0], norm)
                 assert got[name][1] == str(shape), (mode, name, got[name][1], shape)
                 assert os.path.isfile(os.path.join(r["dir"], f"step{step}", f"{name}.npy"))
+
+
+def test_xy_backward_keeps_llama_gradients_bit_identical(tmp_path, monkeypatch):
+    """Module input gradients were read through a view inserted in front of each module: autograd then added a
+    tensor's gradient contributions in another grouping, and a Llama's gradients changed in their last bits
+    (15 of 21 parameters at the first step, DDP or not).  Now nothing is inserted: gradients identical, and the
+    recorded grad_input / grad_output are those of register_full_backward_hook (the reference's)."""
+    torch.set_num_threads(1)
+    from msprobe.pytorch import TrainerMon
+    monkeypatch.setenv("MONITOR_OUTPUT_DIR", str(tmp_path / "out"))
+    probes = ("model.layers.0.input_layernorm", "model.layers.1.mlp", "model.layers.0", "model.norm")
+
+    def run(with_monitor):
+        model = _model()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        want, mon = {}, None
+        if with_monitor:
+            path = tmp_path / "cfg.json"
+            path.write_text(json.dumps(dict(MON_CFG, step_count_per_record=10)))
+            mon = TrainerMon(str(path), params_have_main_grad=False)
+            mon.set_monitor(model, optimizer=opt)
+        else:
+            mods = dict(model.named_modules())
+            for name in probes:
+                def hook(m, gin, gout, name=name):
+                    want[name] = (_norm(gin[0]), _norm(gout[0]))
+                mods[name].register_full_backward_hook(hook)
+        gen = torch.Generator().manual_seed(7)
+        grads, norms = [], []
+        for step in range(2):
+            x = torch.randint(0, 128, (2, 16), generator=gen)
+            model(input_ids=x, labels=x).loss.backward()
+            grads.append([p.grad.clone() for p in model.parameters()])
+            norms.append(dict(want))
+            opt.step()
+            opt.zero_grad()
+        if mon is not None:
+            mon.remove()
+        return grads, norms, mon
+
+    plain = _model()      # without any hook, for the bit-identity check
+    opt = torch.optim.AdamW(plain.parameters(), lr=1e-2)
+    gen = torch.Generator().manual_seed(7)
+    bare = []
+    for step in range(2):
+        x = torch.randint(0, 128, (2, 16), generator=gen)
+        plain(input_ids=x, labels=x).loss.backward()
+        bare.append([p.grad.clone() for p in plain.parameters()])
+        opt.step()
+        opt.zero_grad()
+    _, want, _ = run(False)
+    got_grads, _, mon = run(True)
+    assert all(torch.equal(a, b) for ga, gb in zip(bare, got_grads) for a, b in zip(ga, gb))
+    from msprobe.core.monitor.names import squash_name
+    got = csv_norms(mon.rank_dir, "actv_grad")
+    for step in range(2):
+        for name in probes:
+            sq = squash_name(name)
+            gin, gout = want[step][name]
+            assert _close(got[(f"{sq}.input", step)], gin, rel=1e-5), (name, step)
+            assert _close(got[(f"{sq}.output", step)], gout, rel=1e-5), (name, step)
 
 
 if __name__ == "__main__":

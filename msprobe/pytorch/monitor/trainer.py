@@ -56,6 +56,16 @@ def _msg(text):
     log.info(text)
 
 
+# AccumulateGrad nodes (leaves) carry the largest sequence number
+_ACC_GRAD_SEQ = 2 ** 64 - 1
+
+
+def _gradient_edge(t):
+    """(node, output_nr) through which autograd delivers ``t``'s gradient (a leaf: its AccumulateGrad)."""
+    from torch.autograd.graph import get_gradient_edge
+    return get_gradient_edge(t)
+
+
 def _is_tensor(x):
     return isinstance(x, torch.Tensor)
 
@@ -120,6 +130,7 @@ class TrainerMon(TrainerMonBase):
         self._init_state(_Step())
         self._fsdp1_flat, self._fsdp2 = [], False      # FSDP1 flat parameters, FSDP2 in the model
         self._fsdp1_set, self._fsdp_managed = set(), set()
+        self._open_inputs = []    # actv_grad of module inputs whose gradient edges have not all run yet
         self._pending_none = []   # actv_grad NaN rows of inputs without gradient (written once backward runs)
         self._failed = False
         self.param2name = {}
@@ -351,6 +362,7 @@ class TrainerMon(TrainerMonBase):
         if not self._on:
             return
         try:
+            self._flush_inputs()
             self._optimizer_side(before=True)
         except Exception as exc:   # noqa: BLE001
             self._fail("monitor.optimizer_pre_step", exc)
@@ -369,6 +381,7 @@ class TrainerMon(TrainerMonBase):
                 self._fail("monitor.step_end", exc)
             self._cur = _Step()
             self._pending_none = []
+            self._open_inputs = []
             if self._cc is not None:
                 self._cc.end_step()
             self.collected += 1
@@ -428,7 +441,7 @@ class TrainerMon(TrainerMonBase):
                 self._open_outputs()
             self.collected = 0
             self._dyn_on = True
-            self._cur, self._pending_none = _Step(), []
+            self._cur, self._pending_none, self._open_inputs = _Step(), [], []
             _msg(f"config is updated at step{self.step - 1}, will start new hook at step{self.step}.")
         except Exception as exc:   # noqa: BLE001
             self.__dict__.update(saved)
@@ -520,25 +533,28 @@ class TrainerMon(TrainerMonBase):
                     self._io("actv", "actv", ctx, "input", ins, micro)
                     self._io("actv", "actv", ctx, "output", _tensors(output), micro)
                 if bwd:
-                    self._hook_output_grads(ctx, _tensors(output), micro)
-                    views = ctx.pop("views", None)
-                    if views:
-                        for v, version, tag, m in views:
-                            if v._version != version:
-                                self._input_written(v, version, tag, ctx["vpp"], m)
+                    outs = _tensors(output)
+                    self._hook_output_grads(ctx, outs, micro)
+                    stack = ctx.get("inputs")
+                    if stack:
+                        self._hook_input_grads(ctx, stack.pop(), outs)
             except Exception as exc:   # noqa: BLE001
                 self._fail(f"monitor.forward.{ctx['name']}", exc)
             return None
         return hook
 
-    # Gradients of a module's inputs and outputs ("actv_grad") come from tensor hooks, not from
-    # register_full_backward_hook: its BackwardHookFunction returns the module's tensors as views that may not
-    # be modified in place, so a model with e.g. ReLU(inplace=True) after a hooked module would fail.
+    # Gradients of a module's inputs and outputs ("actv_grad") are read without adding anything to the autograd
+    # graph: an identity node in front of the module (register_full_backward_hook's BackwardHookFunction, or a
+    # view of the input) makes autograd add the module's gradient contributions to the input's other ones in
+    # another grouping, and the training's gradients change in their last bits (a transformers Llama: 15 of 21
+    # parameter gradients differed at the first step).
     # * output: a hook on each output tensor (registered before any later in-place change, it receives the
     #   gradient of the value the module returned);
-    # * input: the forward pre-hook hands the module a plain view of each positional tensor that requires
-    #   grad and hooks that view: it receives exactly the gradient flowing back through this module (the
-    #   module's grad_input), not the other consumers' share.  Same values, same storage; nothing else changes.
+    # * input: the forward pre-hook notes each positional input's gradient edge (node, output_nr) and an
+    #   autograd sequence number; the forward hook walks the nodes the module created (sequence number above
+    #   it), from its outputs, and hooks every node with an edge into an input: the gradients those nodes send
+    #   along these edges, summed, are the module's grad_input.  A module that wrote into its input (ReLU
+    #   inplace) is covered too: the write's node sends the gradient of the value before the write.
     def _grad_pre_hook(self, ctx):
         def hook(module, args, kwargs):
             if not self._on or not module.training or not torch.is_grad_enabled():
@@ -546,44 +562,104 @@ class TrainerMon(TrainerMonBase):
             try:
                 micro = ctx["bwd"] % self.grad_acc_steps
                 ctx["bwd"] += 1
-                pos = [i for i, a in enumerate(args) if _is_tensor(a)]
+                pos = [a for a in args if _is_tensor(a)]
                 if not pos:
                     return None
                 many = len(pos) > 1
-                new = list(args)
-                changed = False
-                for j, i in enumerate(pos):
-                    a = args[i]
+                wanted = []
+                for j, a in enumerate(pos):
                     tag = N.tag(f"{ctx['name']}.{'input_%d' % j if many else 'input'}:{micro}", self.rank,
                                 "actv_grad")
                     if a.requires_grad:
-                        v = a.view_as(a)
-                        v.register_hook(self._grad_hook(tag, ctx["vpp"], micro))
-                        new[i] = v
-                        changed = True
-                        ctx.setdefault("views", []).append((v, v._version, tag, micro))
+                        edge = _gradient_edge(a)
+                        wanted.append((edge.node, edge.output_nr, tag))
                     else:
                         self._pending_none.append((tag, ctx["vpp"], micro))
-                return (tuple(new), kwargs) if changed else None
+                if wanted:
+                    # a throw-away node: its sequence number is below those of every node the module creates
+                    mark = torch.empty((), requires_grad=True).view(())
+                    ctx.setdefault("inputs", []).append((wanted, mark.grad_fn._sequence_nr(), micro))
             except Exception as exc:   # noqa: BLE001
                 self._fail(f"monitor.forward_pre.{ctx['name']}", exc)
-                return None
+            return None
         return hook
 
-    def _input_written(self, v, version, tag, vpp, micro):
-        """The module wrote into its input (e.g. ReLU(inplace=True)): autograd re-based the view, whose hook
-        will never fire.  With exactly one write into a view of the whole input, the base's new grad_fn
-        (CopySlices of that write) receives, as its first gradient input, the gradient of the input's value
-        before the write: the module's grad_input.  Otherwise a NaN row.  (Cloning the input instead, as the
-        reference does, would stop the write reaching the caller's tensor.)"""
-        base = v._base
-        node = getattr(base, "grad_fn", None) if base is not None else None
-        if (v._version - version == 1 and node is not None and base.shape == v.shape
-                and type(node).__name__ == "CopySlices"):
-            hook = self._grad_hook(tag, vpp, micro)
-            node.register_hook(lambda grad_inputs, grad_outputs: hook(grad_inputs[0]) if grad_inputs else None)
-        else:
-            self._pending_none.append((tag, vpp, micro))
+    def _hook_input_grads(self, ctx, entry, outs):
+        wanted, seq0, micro = entry
+        vpp = ctx["vpp"]
+        targets = {(id(node), nr): k for k, (node, nr, _) in enumerate(wanted)}
+        slots = {}            # node created by the module -> [(slot in its next_functions, input k)]
+        count = [0] * len(wanted)
+        identity = set()
+        todo, seen = [], set()
+        for o in outs:
+            node = o.grad_fn
+            if node is None:
+                continue
+            if node._sequence_nr() <= seq0:        # the module returned a tensor it did not compute
+                k = targets.get((id(node), o.output_nr))
+                if k is not None and k not in identity:
+                    identity.add(k)                 # its input itself: grad_input is that output's gradient
+                    o.register_hook(self._grad_hook(wanted[k][2], vpp, micro))
+                continue
+            todo.append(node)
+        while todo:
+            node = todo.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            for j, (nxt, nr) in enumerate(node.next_functions):
+                if nxt is None:
+                    continue
+                k = targets.get((id(nxt), nr))
+                if k is not None:
+                    slots.setdefault(node, []).append((j, k))
+                    count[k] += 1
+                elif id(nxt) not in seen and seq0 < nxt._sequence_nr() < _ACC_GRAD_SEQ:
+                    todo.append(nxt)
+        sums = [{"sum": None, "left": c, "count": c, "tag": wanted[k][2], "vpp": vpp, "micro": micro}
+                for k, c in enumerate(count)]
+        for k, c in enumerate(count):
+            if c == 0 and k not in identity:
+                self._pending_none.append((wanted[k][2], vpp, micro))
+            elif c:
+                self._open_inputs.append(sums[k])
+        for node, pairs in slots.items():
+            node.register_hook(self._input_grad_hook(pairs, sums))
+
+    def _input_grad_hook(self, pairs, sums):
+        def hook(grad_inputs, grad_outputs):
+            if not self._on:
+                return None
+            try:
+                self._flush_none()
+                for j, k in pairs:
+                    st = sums[k]
+                    g = grad_inputs[j] if j < len(grad_inputs) else None
+                    if g is not None:
+                        st["sum"] = g.detach().clone() if st["sum"] is None else st["sum"].add_(g)
+                    st["left"] -= 1
+                    if st["left"] == 0:
+                        self._close_input(st)
+            except Exception as exc:   # noqa: BLE001
+                self._fail("monitor.backward.input_grad", exc)
+            return None
+        return hook
+
+    def _close_input(self, st):
+        """The module's grad_input is complete (or the step ends): its row; the running sum is dropped."""
+        if st.get("done"):
+            return
+        st["done"] = True
+        self._add("actv_grad", st["tag"], st["vpp"], st["micro"], len(self._cur.vecs), st["sum"])
+        st["sum"] = None
+
+    def _flush_inputs(self):
+        """Before the optimizer step: inputs some of whose gradient edges never ran get the sum received."""
+        for st in self._open_inputs:
+            if not st.get("done") and st["left"] < st["count"]:
+                self._close_input(st)
+        self._open_inputs = []
 
     def _hook_output_grads(self, ctx, outs, micro):
         many = len(outs) > 1
