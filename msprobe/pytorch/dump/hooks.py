@@ -121,10 +121,20 @@ _INPLACE_DUNDERS = {"__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloo
                     "__setitem__"}
 
 
-#: FSDP2 internals run unrecorded but for their collectives (Hooks._opaque_on): functions of _fsdp_param_group,
-#: torch.ops.fsdp custom ops (nothing recorded inside)
-_INTERNAL_FSDP_FUNCS = ("foreach_all_gather", "foreach_all_gather_copy_out", "foreach_reduce")
-_OPAQUE_FSDP_OPS = ("all_gather_copy_in", "split_with_sizes_copy", "chunk_cat")
+#: FSDP internals run unrecorded but for the collectives they call (Hooks._opaque_on):
+#: (module, owner in it (None: the module, "ops": torch.ops.fsdp), attributes, record their collectives)
+_INTERNAL_FSDP = (
+    ("torch.distributed.fsdp._fully_shard._fsdp_param_group", None,
+     ("foreach_all_gather", "foreach_all_gather_copy_out", "foreach_reduce"), True),
+    ("torch.distributed.fsdp._fully_shard._fsdp_collectives", "ops",
+     ("all_gather_copy_in", "split_with_sizes_copy", "chunk_cat"), False),
+    ("torch.distributed.fsdp._flat_param", "FlatParamHandle",
+     ("init_flat_param_attributes", "unshard", "reshard", "post_unshard", "post_reshard", "_use_sharded_views",
+      "_use_sharded_grad_views", "_use_unsharded_grad_views", "prepare_gradient_for_backward",
+      "prepare_gradient_for_optim"), True),
+    ("torch.distributed.fsdp._runtime_utils", None,
+     ("_reduce_grad", "_cast_buffers_to_dtype_and_device", "_register_post_backward_hook"), True),
+)
 
 
 def _internal(orig, comm):
@@ -570,35 +580,40 @@ class Hooks:
         self._opaque_on(patched)
 
     def _opaque_on(self, patched):
-        """FSDP2's own gradient and parameter handling runs while only its collectives are recorded, as DDP's
-        C++ reducer is not looked into: ``foreach_all_gather`` (copy-in), ``foreach_all_gather_copy_out`` and
-        ``foreach_reduce`` (as ``_fsdp_param_group`` calls them) and the ``torch.ops.fsdp`` custom ops. Their
-        Python code slices and splits buffers made by ``torch.empty`` before anything fills them (``narrow``,
-        ``split``; with a mixed-precision policy a ``torch.split`` before a foreach copy): those records read
-        leftover memory, different in every run, and compare named them in two identical runs. The collectives
-        (``all_gather_single``, ``reduce_scatter_single``, ``all_reduce``) are recorded as usual."""
-        group = sys.modules.get("torch.distributed.fsdp._fully_shard._fsdp_param_group")
-        if group is None:
-            return
-        targets = [(group, attr, True) for attr in _INTERNAL_FSDP_FUNCS]
-        try:
-            space = torch.ops.fsdp
-            targets += [(space, attr, False) for attr in _OPAQUE_FSDP_OPS]
-        except Exception:   # noqa: BLE001
-            pass
-        for owner, attr, comm in targets:
-            try:
-                orig = getattr(owner, attr)
-            except Exception:   # noqa: BLE001 - not in this torch
+        """FSDP's own parameter and gradient handling runs while only its collectives are recorded, as DDP's
+        C++ reducer is not looked into (_INTERNAL_FSDP): FSDP2's ``foreach_all_gather`` (copy-in),
+        ``foreach_all_gather_copy_out`` and ``foreach_reduce`` (as ``_fsdp_param_group`` calls them) and its
+        ``torch.ops.fsdp`` custom ops; FSDP1's ``FlatParamHandle`` unshard/reshard/view methods and its
+        gradient reduction. Their Python code slices and splits buffers made by ``torch.empty`` before anything
+        fills them (``narrow``, ``split``, ``chunk``; with a mixed-precision policy a ``torch.split`` before a
+        foreach copy): those records read leftover memory, different in every run, and compare named them in
+        two identical runs. The collectives they call are recorded as usual."""
+        for mod_name, owner_name, attrs, comm in _INTERNAL_FSDP:
+            mod = sys.modules.get(mod_name)
+            if mod is None:
                 continue
-            if not callable(orig) or getattr(orig, "__msprobe_original__", None) is not None:
+            if owner_name == "ops":
+                try:
+                    owner = torch.ops.fsdp
+                except Exception:   # noqa: BLE001
+                    continue
+            else:
+                owner = getattr(mod, owner_name, None) if owner_name else mod
+            if owner is None:
                 continue
-            wrapped = _internal(orig, comm)
-            try:
-                setattr(owner, attr, wrapped)
-            except Exception:   # noqa: BLE001
-                continue
-            patched.append((owner, attr, orig))
+            for attr in attrs:
+                try:
+                    orig = getattr(owner, attr)
+                    stored = owner.__dict__.get(attr, _MISSING) if isinstance(owner, type) else orig
+                except Exception:   # noqa: BLE001 - not in this torch
+                    continue
+                if not callable(orig) or getattr(orig, "__msprobe_original__", None) is not None:
+                    continue
+                try:
+                    setattr(owner, attr, _internal(orig, comm))
+                except Exception:   # noqa: BLE001
+                    continue
+                patched.append((owner, attr, stored))
 
     def patch_off(self):
         undo_patches(self._patched)
