@@ -144,7 +144,10 @@ _saved = {}
 
 
 def _group_module():
-    from torch.distributed.fsdp._fully_shard import _fsdp_param_group
+    try:
+        from torch.distributed.fsdp._fully_shard import _fsdp_param_group
+    except ImportError:     # torch < 2.6
+        from torch.distributed._composable.fsdp import _fsdp_param_group
     return _fsdp_param_group
 
 
