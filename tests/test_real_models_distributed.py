@@ -71,6 +71,10 @@ def runs(tmp_path_factory):
     import torch.distributed as dist
     if not dist.is_available() or not dist.is_gloo_available():
         pytest.skip("torch.distributed with gloo is not available")
+    try:
+        from torch.distributed.fsdp import FullyShardedDataParallel, fully_shard  # noqa: F401
+    except ImportError as exc:
+        pytest.skip(f"this torch has no FSDP2 fully_shard / FSDP1 ({exc})")
     out = tmp_path_factory.mktemp("dist")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
