@@ -147,7 +147,7 @@ def _train(mode, rank, out, monitor_cfg=None, tag="plain"):
 MON_CFG = {"targets": {}, "wg_distribution": True, "xy_distribution": True, "all_xy": True,
            "mv_distribution": True, "format": "csv", "ops": ["norm", "min", "max"], "step_count_per_record": 10,
            "ndigits": 12}
-MODES = ("ddp", "fsdp2", "fsdp1", "fsdp1_flat", "gp_ddp", "gp_fsdp2", "gp_fsdp1")
+MODES = ("ddp", "fsdp2", "fsdp1", "fsdp1_flat", "gp_ddp", "gp_fsdp2", "gp_fsdp1", "acc_fsdp2", "acc_fsdp1")
 
 
 def _grad_probe(mode, rank, out):
@@ -176,6 +176,45 @@ def _grad_probe(mode, rank, out):
     return {"seen": seen, "dir": os.path.join(dump, f"rank{rank}")}
 
 
+def _accumulate(mode, rank, out):
+    """2 steps of 2 micro-batches (FSDP1 no_sync / FSDP2 set_requires_gradient_sync(False) on the first):
+    {step: {name: norm of the replica's gradient summed over the micro-batches}} and the rank folder."""
+    import contextlib
+    model = _wrap(mode, _model())
+    replica = _model()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    path = os.path.join(out, f"cfg_acc_{mode}_{rank}.json")
+    with open(path, "w") as f:
+        json.dump(dict(MON_CFG, xy_distribution=False), f)
+    os.environ["MONITOR_OUTPUT_DIR"] = os.path.join(out, f"monitor_acc_{mode}")
+    from msprobe.pytorch import TrainerMon
+    mon = TrainerMon(path, params_have_main_grad=False)
+    mon.set_monitor(model, optimizer=opt, grad_acc_steps=2)
+    gen = torch.Generator().manual_seed(5 + rank)
+    expect = {}
+    for step in range(2):
+        full = _full_weights(mode, model)
+        with torch.no_grad():
+            for n, p in replica.named_parameters():
+                p.copy_(full[n])
+        replica.zero_grad()
+        for micro in range(2):
+            x = torch.randint(0, 128, (2, 16), generator=gen)
+            replica(input_ids=x, labels=x).loss.backward()
+            ctx = contextlib.nullcontext()
+            if mode == "fsdp2":
+                model.set_requires_gradient_sync(micro == 1)
+            elif micro == 0:
+                ctx = model.no_sync()
+            with ctx:
+                model(input_ids=x, labels=x).loss.backward()
+        expect[step] = {n: _norm(replica.get_parameter(_bare(n)).grad) for n, _ in model.named_parameters()}
+        opt.step()
+        opt.zero_grad()
+    mon.remove()
+    return {"expect": expect, "rank_dir": mon.rank_dir}
+
+
 def _worker(rank, port, out, modes):
     import torch.distributed as dist
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
@@ -183,7 +222,7 @@ def _worker(rank, port, out, modes):
     for mode in modes.split(","):
         result = {"mode": mode}
         try:
-            base = mode[3:] if mode.startswith("gp_") else mode
+            base = mode.split("_", 1)[1] if mode.startswith(("gp_", "acc_")) else mode
             if base.startswith("fsdp"):
                 try:
                     _wrap(base, _model())
@@ -193,6 +232,8 @@ def _worker(rank, port, out, modes):
                 pass
             elif mode.startswith("gp_"):
                 result.update(_grad_probe(mode, rank, out))
+            elif mode.startswith("acc_"):
+                result.update(_accumulate(base, rank, out))
             elif mode == "fsdp1_flat":
                 try:
                     _train(mode, rank, out, MON_CFG, mode)
@@ -346,6 +387,17 @@ def test_fsdp1_use_orig_params_pre_grad(runs):
         u = csv_norms(r["rank_dir"], "grad_unreduced")
         assert len(u) == 3 * 21           # every parameter, every step, on both ranks (unsharded)
         assert not glob.glob(os.path.join(r["rank_dir"], "dump_error_info.log"))
+
+
+@pytest.mark.parametrize("mode", ["acc_fsdp2", "acc_fsdp1"])
+def test_fsdp_gradient_accumulation_records_the_accumulated_local_gradient(runs, mode):
+    from msprobe.core.monitor.names import squash_name
+    for r in _of(runs, mode):
+        got = csv_norms(r["rank_dir"], "grad_unreduced")
+        want = {(squash_name(n), int(step)): v for step, e in r["expect"].items() for n, v in e.items()}
+        assert set(got) == set(want)
+        bad = [(k, got[k], w) for k, w in want.items() if not _close(got[k], w)]
+        assert not bad, (mode, bad[:3])
 
 
 def test_fsdp1_without_use_orig_params_is_refused(runs):
