@@ -145,7 +145,7 @@ def _train(mode, rank, out, monitor_cfg=None, tag="plain"):
 
 
 MON_CFG = {"targets": {}, "wg_distribution": True, "xy_distribution": True, "all_xy": True,
-           "mv_distribution": True, "format": "csv", "ops": ["norm", "min", "max"], "step_count_per_record": 10,
+           "mv_distribution": True, "param_distribution": True, "mg_direction": True, "format": "csv", "ops": ["norm", "min", "max"], "step_count_per_record": 10,
            "ndigits": 12}
 MODES = ("ddp", "fsdp2", "fsdp1", "fsdp1_flat", "gp_ddp", "gp_fsdp2", "gp_fsdp1", "acc_fsdp2", "acc_fsdp1")
 
@@ -347,6 +347,10 @@ def _check_mode(rs, mode):
         for prefix in ("actv", "actv_grad"):
             _, rows = read_csv(os.path.join(r["rank_dir"], f"{prefix}_0-9.csv"))
             assert len({int(x[2]) for x in rows}) == STEPS and len(rows) > 50 * STEPS, (mode, prefix)
+        # parameters and mg_direction: a row per parameter with elements on this rank, every step
+        n = len(csv_norms(r["rank_dir"], "grad_reduced"))
+        for prefix in ("param_origin", "param_updated", "other"):
+            assert len(csv_norms(r["rank_dir"], prefix)) == n, (mode, prefix)
         assert not os.path.exists(os.path.join(r["rank_dir"], "dump_error_info.log")), mode
     return rs
 
