@@ -49,6 +49,7 @@ JOBS = [
     {"name": "ddp_grad", "wrap": "ddp", "dump": {"level": "mix"}, "fault": "grad"},
     {"name": "ddp_act", "wrap": "ddp", "dump": {"level": "mix"}, "fault": "act"},
     {"name": "ddp_nan", "wrap": "ddp", "dump": {"level": "mix"}, "fault": "nan"},
+    {"name": "ddp_gradnan", "wrap": "ddp", "dump": {"level": "mix"}, "fault": "gradnan"},
     {"name": "f2_plain", "wrap": "fsdp2"},
     {"name": "f2_a", "wrap": "fsdp2", "dump": {"level": "mix"}},
     {"name": "f2_b", "wrap": "fsdp2", "dump": {"level": "mix"}},
@@ -276,6 +277,30 @@ def test_nan_analyze_names_rank1_setitem(runs, tmp_path, capsys, name, phase):
     assert list(found) == ["rank_1"] and found["rank_1"][0]["op_name"] == "Tensor.__setitem__.0.forward"
     if phase == "during":
         assert "passed on by Distributed.reduce_scatter_single.0.forward to rank(s) 0" in text, text
+
+
+def test_nan_analyze_nan_weight_from_the_previous_step(runs, tmp_path, capsys):
+    """Rank 1's gradient hook writes a NaN into layer 1's down_proj.weight gradient (step 0: named); DDP's
+    all-reduce (not recorded) and the SGD update make that weight NaN on both ranks, so in step 1 no op makes
+    the NaN: it comes in through the weight. LlamaMLP (no parameter of its own, finite input, NaN output) was
+    named as the op that made it on both ranks."""
+    from msprobe.cli.main import main
+
+    capsys.readouterr()
+    assert main(["nan_analyze", "-i", str(runs / "ddp_gradnan" / "step0"), "-o", str(tmp_path / "o0"), "-q"]) == 0
+    text = capsys.readouterr().out
+    assert "First NaN/inf before communication:\n  rank 1: Tensor.__setitem__.0.forward" in text, text
+    assert 'g[0, 0] = float("nan")' in text
+    assert main(["nan_analyze", "-i", str(runs / "ddp_gradnan" / "step1"), "-o", str(tmp_path / "o1"), "-q"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("No op made a NaN or inf in this step"), text
+    d = data(runs, "ddp_gradnan", 1, 0)
+    down = [k for k in d if k.startswith("Functional.linear.") and k.endswith(".forward")
+            and d[k]["input_args"][1]["shape"] == [64, 128] and d[k]["input_args"][1]["Max"] != d[k]["input_args"][1]["Max"]]
+    assert down, "no linear with the NaN down_proj weight"
+    for rank in (0, 1):
+        assert f"rank {rank}: input.1 of {down[0].rsplit('.', 1)[0]}" in text, text
+    assert not (tmp_path / "o1").exists()
 
 
 # ------------------------------------------------------------------------------------------ without processes

@@ -15,7 +15,8 @@ A job: ``{"name", "wrap": "ddp"|"fsdp2"|"fsdp2_bf16"|"fsdp1", "arch", "dump": nu
 "act"|"grad"|"nan"}``; faults are planted on rank 1 only: ``act`` multiplies layer 1's MLP activation output
 by 1.05 (a forward hook on ``mlp.act_fn``), ``grad`` multiplies the gradient of layer 1's
 ``mlp.down_proj.weight`` by 1.5 (a tensor hook, before DDP's reduce), ``nan`` writes a NaN into layer 1's MLP
-activation output (``o[0, 0, 0] = nan`` in a forward hook: recorded as ``Tensor.__setitem__``).
+activation output (``o[0, 0, 0] = nan`` in a forward hook: recorded as ``Tensor.__setitem__``), ``gradnan``
+writes a NaN into the gradient of layer 1's ``mlp.down_proj.weight`` (a tensor hook, before DDP's reduce).
 The dump of a job is in ``OUT/{name}/step{0,1}/rank{0,1}``.
 """
 from __future__ import annotations
@@ -68,6 +69,12 @@ def _plant(fault, model, rank):
         _mlp_act(model).register_forward_hook(lambda m, a, o: o * 1.05)
     elif fault == "grad":
         _layers(model)[1].mlp.down_proj.weight.register_hook(lambda g: g * 1.5)
+    elif fault == "gradnan":
+        def nan_grad(g):
+            g = g.clone()
+            g[0, 0] = float("nan")
+            return g
+        _layers(model)[1].mlp.down_proj.weight.register_hook(nan_grad)
     elif fault == "nan":
         def nanify(m, a, o):
             o = o.clone()

@@ -70,6 +70,8 @@ class RankRecords:
     comm: np.ndarray            # a collective or point-to-point op (is_comm)
     ignored: np.ndarray         # Torch.empty* / Torch.fill*
     framework: str = "pytorch"
+    # a module whose non-finite output came from inside it (_fed_inside): not where the value was made
+    fed_inside: Optional[np.ndarray] = None
     # record index -> [(leaf name without the record name, state, dtype, value, non-finite)]
     rows: Dict[int, list] = field(default_factory=dict)
 
@@ -79,7 +81,10 @@ class RankRecords:
     @cached_property
     def anomalous_mask(self) -> np.ndarray:
         """Per record: finite inputs, a non-finite output, not an ignored op."""
-        return self.out_bad & ~self.in_bad & ~self.ignored
+        mask = self.out_bad & ~self.in_bad & ~self.ignored
+        if self.fed_inside is not None:
+            mask &= ~self.fed_inside
+        return mask
 
     def anomalous(self, i: int) -> bool:
         return bool(self.anomalous_mask[i])
@@ -192,6 +197,49 @@ def _in_place_writes(names, starts, ends, rows, tensor, bad, in_bad, out_bad) ->
             bad[hits] = True
 
 
+def _fed_inside(names, in_bad, anomalous, construct_path) -> Optional[np.ndarray]:
+    """Module forward records that look anomalous (finite inputs, a non-finite output) but hold a record that
+    got a non-finite input: a parameter of a child module (a weight made NaN by the previous step's update,
+    recorded among that child's inputs) or any value an op inside it read. The module only passed the value
+    on; without this the outermost module without that parameter of its own (``LlamaMLP`` around a NaN
+    ``down_proj.weight``) was named as the op that made the NaN. Records inside a module run before its own
+    record; they are found by name (child modules: ``Module.{path}.``) and through construct.json's parents."""
+    cands = [i for i in np.flatnonzero(anomalous).tolist()
+             if names[i].startswith("Module.") and ".forward." in names[i]]
+    if not cands:
+        return None
+    bad_at = np.flatnonzero(in_bad)
+    parents = None
+    out = np.zeros(len(names), dtype=bool)
+    for i in cands:
+        head = names[i].rsplit(".forward.", 1)[0]          # Module.{path}.{Class}
+        prefix = head.rsplit(".", 1)[0] + "."                # Module.{path}.
+        before = bad_at[bad_at < i].tolist()
+        if any(names[j].startswith(prefix) for j in before):
+            out[i] = True
+            continue
+        if not before or construct_path is None:
+            continue
+        if parents is None:
+            try:
+                from msprobe.core.fileio import load_json
+                parents = load_json(construct_path, "construct.json")
+                if not isinstance(parents, dict):
+                    parents = {}
+            except Exception:   # noqa: BLE001 - construct.json is optional
+                parents = {}
+        for j in before:
+            node, seen = parents.get(names[j]), 0
+            while isinstance(node, str) and seen < 256:
+                if node == names[i]:
+                    out[i] = True
+                    break
+                node, seen = parents.get(node), seen + 1
+            if out[i]:
+                break
+    return out
+
+
 def read_rank(paths: RankPaths) -> RankRecords:
     """Read one rank's dump.json into records with their non-finite flags."""
     from msprobe.core.dump.reader import NO_VALUE, read_dump
@@ -245,6 +293,7 @@ def read_rank(paths: RankPaths) -> RankRecords:
     comm = np.fromiter((is_comm(x) for x in names), dtype=bool, count=len(names))
     ignored = np.fromiter((is_ignored(x) for x in names), dtype=bool, count=len(names))
     rec = RankRecords(paths.rank, paths, names, in_bad, out_bad, comm, ignored, rows.framework)
+    rec.fed_inside = _fed_inside(names, in_bad, out_bad & ~in_bad & ~ignored, paths.construct)
     keep = comm | rec.anomalous_mask
     if in_bad.any():
         keep[int(in_bad.argmax())] = True
