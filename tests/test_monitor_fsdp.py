@@ -486,5 +486,37 @@ def test_xy_backward_keeps_llama_gradients_bit_identical(tmp_path, monkeypatch):
             assert _close(got[(f"{sq}.output", step)], gout, rel=1e-5), (name, step)
 
 
+def test_foreach_reduce_wrapper_with_another_tool_wrapping_it(monkeypatch):
+    """The dump wraps FSDP2's foreach_reduce too (and restores what it found when it ends): the monitor's wrapper
+    is never wrapped around itself (that recursed), every call reaches the original once, and the module gets
+    its original back when both are off."""
+    pytest.importorskip("torch.distributed.fsdp._fully_shard._fsdp_param_group")
+    from msprobe.pytorch.monitor import fsdp as F
+    mod = F._group_module()
+    calls = []
+
+    def original(fsdp_params, grads, *args, **kwargs):
+        calls.append("original")
+        return "reduced"
+    monkeypatch.setattr(mod, "foreach_reduce", original)
+    seen = []
+    h1 = F.hook_fsdp2(lambda p, g: seen.append(("a", p, g)))
+    ours = mod.foreach_reduce
+
+    def dump_wrapper(*args, **kwargs):
+        calls.append("dump")
+        return ours(*args, **kwargs)
+    dump_wrapper.__msprobe_original__ = ours
+    mod.foreach_reduce = dump_wrapper
+    h1[0].remove()                                      # monitor off while the dump is on
+    h2 = F.hook_fsdp2(lambda p, g: seen.append(("b", p, g)))
+    assert mod.foreach_reduce is dump_wrapper           # not wrapped again
+    assert mod.foreach_reduce([1], [2], "x") == "reduced"
+    assert calls == ["dump", "original"] and seen == [("b", None, 2)]
+    mod.foreach_reduce = ours                           # the dump ends
+    h2[0].remove()
+    assert mod.foreach_reduce is original and not F._saved and not F._listeners
+
+
 if __name__ == "__main__":
     _worker(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4])

@@ -161,11 +161,26 @@ def _wrapped_foreach_reduce(fsdp_params, unsharded_grads, *args, **kwargs):
     return _saved["foreach_reduce"](fsdp_params, unsharded_grads, *args, **kwargs)
 
 
+def _wraps_ours(fn):
+    """Whether ``fn`` is the monitor's wrapper or a wrapper of it (the dump's FSDP wrappers keep what they wrap
+    in ``__msprobe_original__``, functools.wraps in ``__wrapped__``)."""
+    seen = 0
+    while fn is not None and seen < 32:
+        if fn is _wrapped_foreach_reduce:
+            return True
+        fn = getattr(fn, "__msprobe_original__", None) or getattr(fn, "__wrapped__", None)
+        seen += 1
+    return False
+
+
 def hook_fsdp2(record):
-    """``record(sharded_param, unsharded_grad)`` for each parameter FSDP2 reduces, until the handle is removed."""
+    """``record(sharded_param, unsharded_grad)`` for each parameter FSDP2 reduces, until the handle is removed.
+    The wrapper is put in once; another tool (the dump) may wrap it in turn and restore it later: the wrapper is
+    never wrapped around itself, and it stays in as a pass-through when it cannot be taken out."""
     mod = _group_module()
-    if not _listeners:
-        _saved["foreach_reduce"] = mod.foreach_reduce
+    current = mod.foreach_reduce
+    if not _wraps_ours(current):
+        _saved["foreach_reduce"] = current
         mod.foreach_reduce = _wrapped_foreach_reduce
     _listeners.append(record)
 
