@@ -54,9 +54,9 @@ def _bare(name):
 
 
 def _wrap(mode, model):
-    if mode == "ddp":
+    if mode in ("ddp", "ddp_view"):
         from torch.nn.parallel import DistributedDataParallel
-        return DistributedDataParallel(model)
+        return DistributedDataParallel(model, gradient_as_bucket_view=(mode == "ddp_view"))
     if mode == "fsdp2":
         from torch.distributed.fsdp import fully_shard
         for layer in model.model.layers:
@@ -75,7 +75,7 @@ def _wrap(mode, model):
 
 def _full_weights(mode, model):
     """{bare name: full tensor} of the wrapped model's current weights (collective for FSDP)."""
-    if mode == "ddp":
+    if mode.startswith("ddp"):
         return {_bare(n): p.detach().clone() for n, p in model.named_parameters()}
     if mode == "fsdp2":
         return {_bare(n): p.full_tensor().detach().clone() for n, p in model.named_parameters()}
@@ -147,7 +147,7 @@ def _train(mode, rank, out, monitor_cfg=None, tag="plain"):
 MON_CFG = {"targets": {}, "wg_distribution": True, "xy_distribution": True, "all_xy": True,
            "mv_distribution": True, "param_distribution": True, "mg_direction": True, "format": "csv", "ops": ["norm", "min", "max"], "step_count_per_record": 10,
            "ndigits": 12}
-MODES = ("ddp", "fsdp2", "fsdp1", "fsdp1_flat", "gp_ddp", "gp_fsdp2", "gp_fsdp1", "acc_fsdp2", "acc_fsdp1")
+MODES = ("ddp", "ddp_view", "fsdp2", "fsdp1", "fsdp1_flat", "gp_ddp", "gp_fsdp2", "gp_fsdp1", "acc_fsdp2", "acc_fsdp1")
 
 
 def _grad_probe(mode, rank, out):
@@ -362,6 +362,12 @@ def test_ddp_unreduced_is_the_local_gradient(runs):
     r0, r1 = (csv_norms(r["rank_dir"], "grad_reduced") for r in rs)
     key = ("module.model.embed_tokens.weight", 0)
     assert u0[key] != u1[key] and r0[key] == r1[key]
+
+
+def test_ddp_gradient_as_bucket_view(runs):
+    """p.grad is a view of DDP's bucket, all-reduced in place after the backward: the unreduced row still holds
+    the local gradient."""
+    _check_mode(_of(runs, "ddp_view"), "ddp_view")
 
 
 def test_fsdp2_pre_grad_and_sharded_post_grad(runs):
