@@ -60,6 +60,8 @@ JOBS = [
     {"name": "f1_plain", "wrap": "fsdp1"},
     {"name": "f1_a", "wrap": "fsdp1", "dump": {"level": "mix"}},
     {"name": "f1_act", "wrap": "fsdp1", "dump": {"level": "mix"}, "fault": "act"},
+    {"name": "g2_plain", "wrap": "fsdp2", "arch": "gpt2"},
+    {"name": "g2_a", "wrap": "fsdp2", "arch": "gpt2", "dump": {"level": "mix", "mode": "md5"}},
 ]
 FAULT_PARAM = "model.layers.1.mlp.down_proj.weight"
 
@@ -101,7 +103,7 @@ def same(a, b):
 
 
 @pytest.mark.parametrize("plain,dumped", [("ddp_plain", "ddp_a"), ("ddp_plain", "ddp_md5"), ("f2_plain", "f2_a"),
-                                          ("bf_plain", "bf_a"), ("f1_plain", "f1_a")])
+                                          ("bf_plain", "bf_a"), ("f1_plain", "f1_a"), ("g2_plain", "g2_a")])
 def test_training_bit_identical(runs, plain, dumped):
     for rank in (0, 1):
         a, b = result(runs, plain, rank), result(runs, dumped, rank)
@@ -301,6 +303,18 @@ def test_nan_analyze_nan_weight_from_the_previous_step(runs, tmp_path, capsys):
     for rank in (0, 1):
         assert f"rank {rank}: input.1 of {down[0].rsplit('.', 1)[0]}" in text, text
     assert not (tmp_path / "o1").exists()
+
+
+def test_gpt2_fsdp2_tied_weight(runs):
+    """GPT-2 under FSDP2 (Conv1D layers, lm_head.weight tied to wte.weight): every parameters_grad holds an md5,
+    and the tied weight's two records (one per module that owns it) are the same full-size gradient."""
+    d = data(runs, "g2_a", 0, 1)
+    pg = {k: v for k, v in d.items() if k.endswith(".parameters_grad")}
+    assert len(pg) == 16 and all(r[0] is not None and r[0]["md5"] for v in pg.values() for r in v.values()), pg
+    wte = pg["Module.transformer.wte.Embedding.parameters_grad"]["weight"][0]
+    head = pg["Module.lm_head.Linear.parameters_grad"]["weight"][0]
+    assert wte["shape"] == head["shape"] == [128, 64] and wte["md5"] == head["md5"]
+    assert "Module.transformer.h.1.mlp.c_fc.Conv1D.forward.0" in d
 
 
 # ------------------------------------------------------------------------------------------ without processes
