@@ -637,7 +637,10 @@ class TrainerMon(TrainerMonBase):
                     st = sums[k]
                     g = grad_inputs[j] if j < len(grad_inputs) else None
                     if g is not None:
-                        st["sum"] = g.detach().clone() if st["sum"] is None else st["sum"].add_(g)
+                        if st["count"] == 1:          # one edge (the usual case): no copy
+                            st["sum"] = g
+                        else:
+                            st["sum"] = g.detach().clone() if st["sum"] is None else st["sum"].add_(g)
                     st["left"] -= 1
                     if st["left"] == 0:
                         self._close_input(st)
