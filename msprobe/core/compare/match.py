@@ -206,25 +206,38 @@ def _fuzzy_join(tkeys: Sequence[str], tshape: Sequence[str], g: DumpRows) -> np.
     return golden
 
 
-def _calls(rows: DumpRows) -> Dict[str, List[int]]:
-    """dump.json key (one API or module call, or a module's parameters_grad) -> its rows, in dump order."""
-    calls: Dict[str, List[int]] = {}
-    for i, key in enumerate(rows.api):
-        calls.setdefault(key, []).append(i)
-    return calls
+def _aslist(col) -> list:
+    return col if isinstance(col, list) else col.tolist() if hasattr(col, "tolist") else list(col)
 
 
-def _signature(rows: DumpRows, key: str, idx: List[int], tensors_only: bool):
-    """A call's fuzzy key and structure: each row's place in the call, shape and kind (a tensor, or the type
-    of a non-tensor argument), in any order; ``tensors_only`` leaves the non-tensor rows out."""
-    cut = len(key)
-    sig = []
-    for i in idx:
-        tensor = rows.value[i] is NO_VALUE
-        if tensors_only and not tensor:
-            continue
-        sig.append((rows.names[i][cut:], rows.shape[i], "" if tensor else rows.dtype[i]))
-    return fuzzy_key(key), tuple(sorted(sig))  # a parameters_grad entry may list bias before weight
+class _CallRows:
+    """One side's rows grouped by call (dump.json key: one API or module call, or a module's parameters_grad),
+    with each row's (place in the call, shape, kind) read once: a call's structure is then built from plain
+    lists (a compact column's element access per row made -fm 50x slower than the exact match)."""
+
+    def __init__(self, rows: DumpRows):
+        self.calls: Dict[str, List[int]] = {}
+        for i, key in enumerate(_aslist(rows.api)):
+            self.calls.setdefault(key, []).append(i)
+        names, shapes, dtypes = _aslist(rows.names), _aslist(rows.shape), _aslist(rows.dtype)
+        values = _aslist(rows.value)
+        self.names = names
+        self.shapes = shapes
+        self.kind = ["" if v is NO_VALUE else d for v, d in zip(values, dtypes)]
+        self._sig: Dict[Tuple[str, bool], tuple] = {}
+
+    def signature(self, key: str, tensors_only: bool):
+        """A call's fuzzy key and structure: each row's place in the call, shape and kind (a tensor, or the type
+        of a non-tensor argument), in any order; ``tensors_only`` leaves the non-tensor rows out."""
+        got = self._sig.get((key, tensors_only))
+        if got is None:
+            cut = len(key)
+            names, shapes, kind = self.names, self.shapes, self.kind
+            sig = [(names[i][cut:], shapes[i], kind[i]) for i in self.calls[key]
+                   if not (tensors_only and kind[i])]
+            got = (fuzzy_key(key), tuple(sorted(sig)))  # a parameters_grad entry may list bias before weight
+            self._sig[(key, tensors_only)] = got
+        return got
 
 
 def _twin(key: str, a: str, b: str) -> Optional[str]:
@@ -237,13 +250,13 @@ def _twin(key: str, a: str, b: str) -> Optional[str]:
     return None
 
 
-def _pair_calls(t: DumpRows, g: DumpRows) -> Dict[str, str]:
+def _pair_calls(t: _CallRows, g: _CallRows) -> Dict[str, str]:
     """Target call -> golden call.  Forward (and other) calls first: the k-th target call of a
     (call-number-free name, structure) pairs with the k-th golden call of the same, first with every argument's
     kind, then (for the calls left) with the tensors' alone (an argument given on one side only).  Then a
     backward call pairs with the backward of the golden call its forward paired with (backward calls run in
     another order, so their k-th pairing would join other calls), and the backward calls left by the k-th rule."""
-    tcalls, gcalls = _calls(t), _calls(g)
+    tcalls, gcalls = t.calls, g.calls
     pairs: Dict[str, str] = {}
     used: set = set()
 
@@ -252,11 +265,11 @@ def _pair_calls(t: DumpRows, g: DumpRows) -> Dict[str, str]:
             queues: Dict[tuple, List[str]] = {}
             for key in gkeys:
                 if key not in used:
-                    queues.setdefault(_signature(g, key, gcalls[key], tensors_only), []).append(key)
+                    queues.setdefault(g.signature(key, tensors_only), []).append(key)
             heads: Dict[tuple, int] = {}
             rest = []
             for key in left:
-                sig = _signature(t, key, tcalls[key], tensors_only)
+                sig = t.signature(key, tensors_only)
                 q, h = queues.get(sig), heads.get(sig, 0)
                 if q is not None and h < len(q):
                     pairs[key] = q[h]
@@ -276,7 +289,7 @@ def _pair_calls(t: DumpRows, g: DumpRows) -> Dict[str, str]:
         fwd = pairs.get(_twin(key, "backward", "forward"))
         gb = _twin(fwd, "forward", "backward") if fwd is not None else None
         if (gb is not None and gb in gcalls and gb not in used
-                and _signature(t, key, tcalls[key], True)[1] == _signature(g, gb, gcalls[gb], True)[1]):
+                and t.signature(key, True)[1] == g.signature(gb, True)[1]):
             pairs[key] = gb
             used.add(gb)
         else:
@@ -293,14 +306,13 @@ def match_fuzzy(t: DumpRows, g: DumpRows) -> Matches:
     every later call of its API by one, as a row-by-row match does (the reference's); no row is dropped.
     """
     golden = np.full(len(t), -1, dtype=np.int64)
-    gcalls = _calls(g)
-    tcalls = _calls(t)
-    for tkey, gkey in _pair_calls(t, g).items():
+    tc, gc = _CallRows(t), _CallRows(g)
+    for tkey, gkey in _pair_calls(tc, gc).items():
         cut_t, cut_g = len(tkey), len(gkey)
-        by_place = {g.names[j][cut_g:]: j for j in gcalls[gkey]}
-        for i in tcalls[tkey]:
-            j = by_place.get(t.names[i][cut_t:])
-            if j is not None and t.shape[i] == g.shape[j]:
+        by_place = {gc.names[j][cut_g:]: j for j in gc.calls[gkey]}
+        for i in tc.calls[tkey]:
+            j = by_place.get(tc.names[i][cut_t:])
+            if j is not None and tc.shapes[i] == gc.shapes[j]:
                 golden[i] = j
     golden = _dtype_filter(t, g, np.arange(len(t), dtype=np.int64), golden)
     rule = []
