@@ -123,3 +123,28 @@ def test_uninitialised_memory_is_not_where_the_runs_part(tmp_path):
         assert rep.why[i].startswith("uninitialised memory"), rep.why[i]
     assert rep.first_red is None and rep.red == 0 and rep.yellow == 0
     assert_consistent(rep)
+
+
+def test_the_tensor_an_inplace_fill_overwrites_is_not_an_input(tmp_path):
+    """Since the dump records torch.empty's output without values (leftover memory, FSDP2's buffers), nothing
+    links bernoulli_'s input to it: Swin bf16 vs fp32 (no fault) was red at Tensor.bernoulli_.0.forward.input.0
+    (CI). bernoulli_/uniform_/fill_/copy_ ... overwrite every element without reading it: not an input."""
+    def side(garbage, dtype):
+        empty = {"type": "torch.Tensor", "dtype": dtype, "shape": [4, 8], "Max": None, "Min": None, "Mean": None,
+                 "Norm": None, "requires_grad": False}
+        return {
+            "Torch.empty.0.forward": {"input_args": [{"type": "int", "value": 4}], "output": [empty]},
+            "Tensor.bernoulli_.0.forward": {"input_args": [garbage, {"type": "float", "value": 0.9}],
+                                            "output": [tensor(1.0, 0.0, 0.9, 5.4, dtype)]},
+        }
+    rep = run(tmp_path, side(tensor(7.0e30, -2.0, 1.0e29, 9.0e30, "torch.bfloat16"), "torch.bfloat16"),
+              side(tensor(1.0e-3, -5.0, 0.2, 3.0, "torch.float32"), "torch.float32"))
+    i = rep.names.index("Tensor.bernoulli_.0.forward.input.0")
+    assert rep.verdict[i] == vd.NOISE, rep.why[i]
+    assert rep.why[i].startswith("the tensor this call overwrites without reading it"), rep.why[i]
+    assert rep.first_red is None and rep.red == 0 and rep.yellow == 0
+    # a fill whose result differs is still judged
+    bad = side(tensor(1.0, -1.0, 0.0, 3.0, "torch.float32"), "torch.float32")
+    bad["Tensor.bernoulli_.0.forward"]["output"] = [tensor(1.0, 0.0, 0.5, 4.0)]
+    rep2 = run(tmp_path / "2", bad, side(tensor(1.0, -1.0, 0.0, 3.0, "torch.float32"), "torch.float32"))
+    assert rep2.first_red is not None and rep2.first_red[1] == "Tensor.bernoulli_.0.forward.output.0"

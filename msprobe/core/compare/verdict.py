@@ -100,6 +100,12 @@ _DTYPE_LABEL = {2.0 ** -8: "bf16", 2.0 ** -11: "fp16", 2.0 ** -24: "fp32", 2.0 *
 COLLECTIVE_PREFIXES = ("Distributed", "MintDistributed", "Communication", "communication")
 # APIs whose output is uninitialised memory (compared as noise, see judge)
 UNINIT_APIS = {"Torch.empty", "Torch.empty_like", "Torch.empty_strided", "Tensor.new_empty", "Tensor.new_empty_strided"}
+# in-place APIs that overwrite every element of the tensor they are called on without reading it: the values
+# that tensor held before (often torch.empty's leftover memory: stochastic depth's torch.empty(...).bernoulli_(p),
+# whose torch.empty output the dump records without values) are not an input of the result
+OVERWRITE_SELF_APIS = {"Tensor.bernoulli_", "Tensor.uniform_", "Tensor.normal_", "Tensor.random_",
+                       "Tensor.exponential_", "Tensor.geometric_", "Tensor.log_normal_", "Tensor.cauchy_",
+                       "Tensor.fill_", "Tensor.zero_", "Tensor.copy_"}
 STAT_LABELS = ("Max", "Min", "Mean", "L2 norm", "MaxAbsErr", "CRC32")
 CRC = 5  # md5 dumps without statistics: only "the bytes differ" is known
 
@@ -798,6 +804,14 @@ def judge(f: Facts) -> Judgement:
     uninit_call = np.fromiter((".".join(str(a).split(".", 2)[:2]) in UNINIT_APIS for a in uniq.tolist()),
                               dtype=bool, count=n_api)
     garbage = np.zeros(n, dtype=bool)
+    overwrite_call = np.fromiter((".".join(str(a).split(".", 2)[:2]) in OVERWRITE_SELF_APIS for a in uniq.tolist()),
+                                 dtype=bool, count=n_api)
+    overwritten = np.zeros(n, dtype=bool)
+    if overwrite_call.any():
+        for i in np.flatnonzero(overwrite_call[inv] & is_in & matched & is_tensor).tolist():
+            overwritten[i] = f.names[i] == f"{f.api[i]}.input.0"
+        inherited &= ~overwritten  # (its verdict is set after every other rule, below)
+        nonfin_t_only = nonfin_t_only & ~overwritten
     if uninit_call.any():
         garbage = uninit_call[inv] & is_out & matched & is_tensor
         # (md5 dumps carry no statistics to recognise the tensor by)
@@ -826,7 +840,7 @@ def judge(f: Facts) -> Judgement:
     # inputs whose two sides different compared ops produced -> (the forward input row that shows it, the
     # target's producer row, the golden's producer row): a pair of two different calls, yellow (see below)
     paired_apart = {}
-    maybe_in = ins & ~within_own & ~nonfin_t_only
+    maybe_in = ins & ~within_own & ~nonfin_t_only & ~overwritten
     if maybe_in.any():
         linked = _linked_inputs(f.t_stats, f.g_stats, is_out & tens, maybe_in)
         # gradients reach a backward call through autograd's own (unrecorded) sums of several backward
@@ -989,11 +1003,17 @@ def judge(f: Facts) -> Judgement:
 
     # the NOISE rows' texts are built on first access from a few compact columns only (not from this
     # function's row-sized temporaries, which are freed when it returns); every other row's text now
+    # the tensor an in-place fill overwrites: noise whatever the rules above made of its difference
+    v = np.where(overwritten & (v != PASS) & (v != NOT_COMPARED), NOISE, v).astype(np.int8)
+    v = np.where(overwritten & (v == NOT_COMPARED) & matched & is_tensor & (score > 0), NOISE, v).astype(np.int8)
     why = Reasons(n, _noise_reasons(v, noise_case, ctx, unit, score, stat, use_in, f.t_dtype, f.g_dtype))
     eager = v >= WARN
     eager |= (v == NOISE) & (is_arg | nonfin_t_only)  # (none: such rows are never NOISE; kept exact anyway)
     for i in np.flatnonzero(eager).tolist():
         why.set(i, reason(i))
+    for i in np.flatnonzero(overwritten & (v == NOISE)).tolist():
+        why.set(i, "the tensor this call overwrites without reading it: its values before the call (often "
+                   "torch.empty's leftover memory) are not an input of the result")
     for i in np.flatnonzero(garbage & (v == NOISE)).tolist():
         why.set(i, "uninitialised memory (torch.empty and the like): its values are whatever the allocator left, "
                    "not a result to compare")
