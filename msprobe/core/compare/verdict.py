@@ -561,7 +561,7 @@ def judge(f: Facts) -> Judgement:
     # paired reshape(-1) with another reshape(4)): yellow; the call's output row says the calls differ
     arg_apart = np.zeros(n, dtype=bool)
     if arg_fail.any():
-        inp_rows = (state == "input") | (state == "parameters")
+        inp_rows = state == "input"  # (a parameter without a golden name is a naming matter: -cm / -lm)
         apart_calls = {f.api[k] for k in np.flatnonzero(inp_rows & ~matched).tolist()}
         if apart_calls:
             for i in np.flatnonzero(arg_fail).tolist():
@@ -927,7 +927,7 @@ def judge(f: Facts) -> Judgement:
     from msprobe.core.dump.reader import NO_VALUE as no_value
 
     unpaired_in: dict = {}
-    for k in np.flatnonzero(is_in & ~f.matched.astype(bool)).tolist():
+    for k in np.flatnonzero((np.asarray(f.state, dtype=object) == "input") & ~f.matched.astype(bool)).tolist():
         unpaired_in.setdefault(f.api[k], k)
 
     def unpaired_text(i: int) -> str:
