@@ -174,6 +174,29 @@ def test_fuzzy_pairs_a_backward_call_with_its_forward_partner(tmp_path):
     assert pairs["Tensor.__mul__.0.backward.output.1"] == "Tensor.__mul__.4.backward.output.1"
     assert col(rep, "Max diff") == [0.0] * len(rep.names)
 
+
+def test_module_rows_of_runs_wrapped_differently_pair(tmp_path):
+    """A DDP target (``Module.module.fc...``) against an unwrapped golden run (and an FSDP1 one,
+    ``Module._fsdp_wrapped_module.fc...``): every module row was unmatched (207 of 1020 rows of a tiny Llama, DDP
+    against FSDP1); they pair on their names without the wrapper components, rule ``wrapper``."""
+    def side(prefix):
+        return {"Functional.linear.0.forward": {"input_args": [t(1.0)], "output": [t(2.0)]},
+                f"Module.{prefix}fc.Linear.forward.0": {"input_args": [t(1.0)], "output": [t(2.0)]},
+                f"Module.{prefix}fc.Linear.parameters_grad": {"weight": [t(0.5)]}}
+    for golden_prefix in ("", "_fsdp_wrapped_module."):
+        rep = run(tmp_path / golden_prefix, side("module."), side(golden_prefix))
+        assert col(rep, "Bench Name") == ["Functional.linear.0.forward.input.0", "Functional.linear.0.forward.output.0",
+                                          f"Module.{golden_prefix}fc.Linear.forward.0.input.0",
+                                          f"Module.{golden_prefix}fc.Linear.forward.0.output.0",
+                                          f"Module.{golden_prefix}fc.Linear.parameters_grad.weight"]
+        assert col(rep, "Match") == ["exact", "exact", "wrapper", "wrapper", "wrapper"]
+    # -fm too
+    rep = run(tmp_path / "fm", side("module."), side(""), fuzzy=True)
+    assert col(rep, "Match") == ["exact", "exact", "fuzzy", "fuzzy", "fuzzy"]
+    # both wrapped alike: names pair as they are
+    rep = run(tmp_path / "same", side("module."), side("module."))
+    assert col(rep, "Match") == ["exact"] * 5
+
 def test_md5_mode(tmp_path):
     def m(v):
         return {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [2], "md5": v, "requires_grad": False}

@@ -15,7 +15,7 @@ from msprobe.core.compare import stats as st
 from msprobe.core.compare import tensor as tm
 from msprobe.core.compare import verdict as vd
 from msprobe.core.compare.config import CompareConfig
-from msprobe.core.compare.match import Matches, match_exact, match_fuzzy, match_mapped
+from msprobe.core.compare.match import RULE_WRAPPER, Matches, match_exact, match_fuzzy, match_mapped
 from msprobe.core.dump.reader import (MODE_MD5, MODE_STATISTICS, MODE_TENSOR, NO_VALUE, CompactValues, DumpRows, dump_mode,
                                       read_dump)
 from msprobe.core.errors import MsprobeError
@@ -155,7 +155,7 @@ def compare_dumps(
         m, layer_rows = _match_with_mappings(cfg, t, g, target_json, golden_json)
     else:
         m = match_fuzzy(t, g) if cfg.fuzzy else match_exact(t, g)
-        if not cfg.fuzzy:
+        if not cfg.fuzzy and RULE_WRAPPER not in m.rule:
             g.names = None  # an exact match pairs equal names: the Bench Name cells are the target's (_basic)
     tick("match", len(t), len(t), "rows", f"{int(m.matched.sum()):,} matched")
     if mode == MODE_STATISTICS:

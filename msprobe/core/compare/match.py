@@ -17,6 +17,10 @@ from msprobe.core.io.columns import CodedColumn
 RULE_EXACT = "exact"
 RULE_FUZZY = "fuzzy"
 RULE_NONE = "unmatched"
+RULE_WRAPPER = "wrapper"
+#: path components that data-parallel and other wrappers insert into module names: DDP / DataParallel
+#: (``module``), FSDP1 (``_fsdp_wrapped_module``), activation checkpointing, ``torch.compile``
+WRAPPER_SEGMENTS = frozenset(("module", "_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"))
 
 # dtype groups that still count as "the same tensor" (G8 §3.3): mixed precision runs compare
 # bf16/fp16 against fp32 on purpose.
@@ -157,15 +161,61 @@ def _hash_join(t: DumpRows, g: DumpRows) -> Optional[np.ndarray]:
     return golden
 
 
+def unwrapped(name: str) -> str:
+    """A module row's name without the components wrappers insert (``Module.module.fc.Linear.forward.0`` ->
+    ``Module.fc.Linear.forward.0``); other names unchanged."""
+    if not name.startswith(("Module.", "Cell.")):
+        return name
+    parts = name.split(".")
+    return ".".join([parts[0]] + [p for p in parts[1:] if p not in WRAPPER_SEGMENTS])
+
+
+def _wrappers(names) -> frozenset:
+    """The wrapper components the module rows of a dump hold."""
+    found = set()
+    for n in names:
+        if n.startswith(("Module.", "Cell.")):
+            found.update(WRAPPER_SEGMENTS.intersection(n.split(".")[1:-1]))
+            if len(found) == len(WRAPPER_SEGMENTS):
+                break
+    return frozenset(found)
+
+
+def _wrapper_join(t: DumpRows, g: DumpRows, tidx: np.ndarray, gidx: np.ndarray) -> np.ndarray:
+    """Module rows left unmatched when the two runs are wrapped differently (a DDP target, ``Module.module.x``,
+    against an unwrapped or FSDP1 golden run, ``Module.x`` / ``Module._fsdp_wrapped_module.x``): joined on
+    their names without the wrapper components and their shapes, golden rows not used yet."""
+    todo = [k for k in np.flatnonzero(gidx < 0).tolist() if t.names[tidx[k]].startswith(("Module.", "Cell."))]
+    if not todo or _wrappers(t.names) == _wrappers(g.names):
+        return np.zeros(len(gidx), dtype=bool)
+    used = set(gidx[gidx >= 0].tolist())
+    free: Dict[Tuple[str, str], List[int]] = {}
+    for j, (name, shape) in enumerate(zip(g.names, g.shape)):
+        if j not in used and name.startswith(("Module.", "Cell.")):
+            free.setdefault((unwrapped(name), shape), []).append(j)
+    joined = np.zeros(len(gidx), dtype=bool)
+    for k in todo:
+        i = int(tidx[k])
+        q = free.get((unwrapped(t.names[i]), t.shape[i]))
+        if q:
+            gidx[k] = q.pop(0)
+            joined[k] = True
+    return joined
+
+
 def match_exact(t: DumpRows, g: DumpRows) -> Matches:
-    """Join on (row name, shape), then the dtype filter (G8 semantics, target order kept)."""
+    """Join on (row name, shape), then the dtype filter (G8 semantics, target order kept).  Module rows of two
+    runs wrapped differently (DDP, FSDP1, ...) join on their names without the wrapper components (rule
+    ``wrapper``)."""
     gidx = _hash_join(t, g)
     if gidx is not None:
         tidx = np.arange(len(t), dtype=np.int64)
     else:
         tidx, gidx = _join(list(zip(t.names, t.shape)), list(zip(g.names, g.shape)))
+    joined = _wrapper_join(t, g, tidx, gidx)
     gidx = _dtype_filter(t, g, tidx, gidx)
-    rule = [RULE_EXACT if j >= 0 else RULE_NONE for j in gidx.tolist()]
+    rule = [RULE_NONE if j < 0 else RULE_WRAPPER if w else RULE_EXACT
+            for j, w in zip(gidx.tolist(), joined.tolist())]
     return Matches(tidx, gidx, rule)
 
 
@@ -215,7 +265,8 @@ class _CallRows:
     with each row's (place in the call, shape, kind) read once: a call's structure is then built from plain
     lists (a compact column's element access per row made -fm 50x slower than the exact match)."""
 
-    def __init__(self, rows: DumpRows):
+    def __init__(self, rows: DumpRows, unwrap: bool = False):
+        self.unwrap = unwrap  # the two runs are wrapped differently: module names without the wrapper components
         self.calls: Dict[str, List[int]] = {}
         for i, key in enumerate(_aslist(rows.api)):
             self.calls.setdefault(key, []).append(i)
@@ -235,7 +286,8 @@ class _CallRows:
             names, shapes, kind = self.names, self.shapes, self.kind
             sig = [(names[i][cut:], shapes[i], kind[i]) for i in self.calls[key]
                    if not (tensors_only and kind[i])]
-            got = (fuzzy_key(key), tuple(sorted(sig)))  # a parameters_grad entry may list bias before weight
+            got = (fuzzy_key(unwrapped(key) if self.unwrap else key),
+                   tuple(sorted(sig)))  # (sorted: a parameters_grad entry may list bias before weight)
             self._sig[(key, tensors_only)] = got
         return got
 
@@ -306,7 +358,8 @@ def match_fuzzy(t: DumpRows, g: DumpRows) -> Matches:
     every later call of its API by one, as a row-by-row match does (the reference's); no row is dropped.
     """
     golden = np.full(len(t), -1, dtype=np.int64)
-    tc, gc = _CallRows(t), _CallRows(g)
+    unwrap = _wrappers(t.names) != _wrappers(g.names)
+    tc, gc = _CallRows(t, unwrap), _CallRows(g, unwrap)
     for tkey, gkey in _pair_calls(tc, gc).items():
         cut_t, cut_g = len(tkey), len(gkey)
         by_place = {gc.names[j][cut_g:]: j for j in gc.calls[gkey]}
